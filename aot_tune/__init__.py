@@ -1,0 +1,6 @@
+"""aot_tune: ahead-of-time tuning of Triton kernels as incremental doit tasks.
+
+The tuner (``doit tune``) writes ``generated/<kernel>.py`` tables; kernels read them at run time
+through ``aot_tune.runtime``. Importing this package imports neither torch nor triton.
+"""
+__version__ = "0.1.0"

@@ -1,0 +1,527 @@
+"""Tests for aot_tune.manifest: parsing, defaults, shapes and every error class."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aot_tune.errors import ManifestError, TuneError
+from aot_tune.manifest import BenchSettings, KernelSpec, Manifest, load_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+BASE = """\
+version: 1
+defaults:
+  dtypes: [fp16]
+  bench: {warmup_ms: 10}
+kernels:
+  gemm:
+    kernel: kernels.gemm:matmul_kernel
+    launch: kernels.gemm:matmul
+    inputs: kernels.gemm:make_inputs
+    reference: kernels.gemm:reference
+    key: [M, N, K]
+    space:
+      BLOCK_M: [32, 64, 128, 256]
+      BLOCK_N: [32, 64, 128, 256]
+      BLOCK_K: [32, 64, 128, 256]
+      GROUP_M: [8]
+      num_warps: [2, 4, 8]
+      num_stages: [3, 4, 5]
+    constraints:
+      - "BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N <= 65536"
+      - "BLOCK_M <= max(32, next_pow2(M))"
+    shapes:
+      - {M: 256, N: 256, K: 256}
+      - grid: {M: [256, 512], N: [256], K: [256, 4096]}
+  softmax:
+    kernel: kernels.softmax:softmax_kernel
+    launch: kernels.softmax:softmax
+    inputs: kernels.softmax:make_inputs
+    reference: kernels.softmax:reference
+    key: [ROWS, COLS]
+    space:
+      BLOCK: [128, 256]
+      num_warps: [4]
+    shapes:
+      - {ROWS: 4, COLS: 128}
+    interpreter_shapes:
+      - {ROWS: 1, COLS: 16}
+    dtypes: [float32, bf16, half]
+    bench: {rep_ms: 50, l2_flush: false}
+    targets: [90, sm_100]
+    cache: "cache/{kernel}.txtpb"
+    generated: "gen/{kernel}_configs.py"
+"""
+
+
+def load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Manifest:
+    """Write ``text`` to tuning.yaml in tmp_path and load it by its relative name."""
+    (tmp_path / "tuning.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return load_manifest("tuning.yaml")
+
+
+def fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> ManifestError:
+    """Load ``text`` expecting a ManifestError; check the parts every error has."""
+    with pytest.raises(ManifestError) as info:
+        load(tmp_path, monkeypatch, text)
+    err = info.value
+    assert err.path == "tuning.yaml"
+    assert err.fix and f"; fix: {err.fix}" in str(err)
+    assert "\n" not in str(err)
+    return err
+
+
+def line_of(text: str, needle: str, nth: int = 1) -> int:
+    """1-based line of the nth line containing ``needle``."""
+    hits = [i for i, line in enumerate(text.splitlines(), 1) if needle in line]
+    return hits[nth - 1]
+
+
+def edit(old: str, new: str, text: str = BASE) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def assert_error(err: ManifestError, line: int | None, key: str, *needles: str, shown: str = "tuning.yaml") -> None:
+    assert (err.line, err.key) == (line, key), str(err)
+    prefix = shown + (f":{line}" if line is not None else "") + (f": {key}" if key else "")
+    assert str(err).startswith(prefix + ": "), str(err)
+    for needle in needles:
+        assert needle in str(err), str(err)
+
+
+# --------------------------------------------------------------------------- valid manifests
+
+
+def test_valid_manifest_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = load(tmp_path, monkeypatch, BASE)
+    assert m.path == tmp_path / "tuning.yaml" and m.path.is_absolute()
+    assert m.root == tmp_path
+    assert [k.name for k in m.kernels] == ["gemm", "softmax"]
+    g = m.kernel("gemm")
+    assert isinstance(g, KernelSpec)
+    assert (g.kernel, g.launch, g.inputs, g.reference) == (
+        "kernels.gemm:matmul_kernel", "kernels.gemm:matmul", "kernels.gemm:make_inputs", "kernels.gemm:reference",
+    )  # fmt: skip
+    assert g.key == ("M", "N", "K")
+    assert [p for p, _ in g.space.params] == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"]
+    assert len(g.space.constraints) == 2 and g.space.constraints[0].line == line_of(BASE, "65536")
+    assert 0 < g.space.size() < 576
+    assert g.line == line_of(BASE, "  gemm:")
+    assert g.shape_dict((1, 2, 3)) == {"M": 1, "N": 2, "K": 3}
+    with pytest.raises(ValueError):
+        g.shape_dict((1, 2))
+    hash(g)  # frozen records are hashable
+
+
+def test_defaults_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = load(tmp_path, monkeypatch, BASE)
+    g, s = m.kernel("gemm"), m.kernel("softmax")
+    # gemm inherits defaults (dtypes/bench from the file, the rest built in)
+    assert g.dtypes == ("float16",)
+    assert g.targets == ("sm80", "sm90")
+    assert g.bench == BenchSettings(warmup_ms=10.0, rep_ms=100.0, l2_flush=True, l2_flush_bytes=None)
+    assert (g.cache, g.generated) == ("generated/gemm.tuning.txtpb", "generated/gemm.py")
+    # softmax overrides; bench merges key by key over defaults
+    assert s.dtypes == ("float32", "bfloat16", "float16")
+    assert s.targets == ("sm90", "sm100")
+    assert s.bench == BenchSettings(warmup_ms=10.0, rep_ms=50.0, l2_flush=False, l2_flush_bytes=None)
+    assert (s.cache, s.generated) == ("cache/softmax.txtpb", "gen/softmax_configs.py")
+
+
+def test_builtin_defaults_without_defaults_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("defaults:\n  dtypes: [fp16]\n  bench: {warmup_ms: 10}\n", "")
+    g = load(tmp_path, monkeypatch, text).kernel("gemm")
+    assert g.dtypes == ("float16",) and g.targets == ("sm80", "sm90")
+    assert g.bench == BenchSettings(25.0, 100.0, True, None)
+
+
+def test_defaults_paths_and_l2_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit(
+        "  bench: {warmup_ms: 10}\n",
+        '  bench: {l2_flush_bytes: 1048576}\n  cache: "c/{kernel}.pb"\n  targets: [sm_80]\n',
+    )
+    g = load(tmp_path, monkeypatch, text).kernel("gemm")
+    assert g.cache == "c/gemm.pb" and g.targets == ("sm80",) and g.bench.l2_flush_bytes == 1048576
+
+
+def test_grid_expansion_and_dedup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit(
+        "      - {M: 256, N: 256, K: 256}\n",
+        "      - grid: {M: [1], N: [2], K: [3]}\n"
+        "      - {M: 256, N: 256, K: 256}\n"
+        "      - {K: 7, N: 8, M: 9}\n"
+        "      - {M: 256, N: 256, K: 256}\n",
+    )
+    g = load(tmp_path, monkeypatch, text).kernel("gemm")
+    # explicit entries first (in key order M, N, K), then grids in file order; duplicates dropped
+    assert g.shapes == (
+        (256, 256, 256), (9, 8, 7),
+        (1, 2, 3),
+        (256, 256, 4096), (512, 256, 256), (512, 256, 4096),
+    )  # fmt: skip
+
+
+def test_interpreter_shapes_default_and_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = load(tmp_path, monkeypatch, BASE)
+    assert m.kernel("gemm").interpreter_shapes == m.kernel("gemm").shapes
+    assert m.kernel("softmax").interpreter_shapes == ((1, 16),)
+    assert m.kernel("softmax").shapes == ((4, 128),)
+
+
+def test_manifest_pickles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = load(tmp_path, monkeypatch, BASE)
+    again = pickle.loads(pickle.dumps(m))
+    assert again == m
+    g = again.kernel("gemm")
+    assert g.space.configs_for(g.shape_dict(g.shapes[0])) == m.kernel("gemm").space.configs_for(
+        {"M": 256, "N": 256, "K": 256}
+    )
+
+
+def test_select_and_unknown_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = load(tmp_path, monkeypatch, BASE)
+    assert [k.name for k in m.select(["softmax", "gemm", "softmax"])] == ["softmax", "gemm"]
+    assert m.select([]) == m.kernels
+    with pytest.raises(TuneError) as info:
+        m.select(["gemm", "gem"])
+    assert str(info.value).startswith("unknown kernel 'gem' (known: gemm, softmax)")
+    assert "did you mean 'gemm'" in str(info.value)
+    with pytest.raises(TuneError, match="unknown kernel 'x'"):
+        m.kernel("x")
+
+
+def test_merge_keys_are_not_duplicates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit(
+        "    bench: {rep_ms: 50, l2_flush: false}\n",
+        "    bench:\n      <<: {rep_ms: 7, l2_flush: false}\n      rep_ms: 50\n",
+    )
+    assert load(tmp_path, monkeypatch, text).kernel("softmax").bench.rep_ms == 50.0
+
+
+def test_import_does_not_pull_torch_or_triton() -> None:
+    code = "import aot_tune.manifest, sys; print('torch' in sys.modules, 'triton' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_manifest_error_pickles_and_formats() -> None:
+    err = ManifestError(
+        "tuning.yaml", 12, "kernels.gemm.space.BLOCK_M", "expected a non-empty list, got 64", "write BLOCK_M: [64]"
+    )
+    assert (
+        str(err)
+        == "tuning.yaml:12: kernels.gemm.space.BLOCK_M: expected a non-empty list, got 64; fix: write BLOCK_M: [64]"
+    )
+    again = pickle.loads(pickle.dumps(err))
+    assert (str(again), again.line, again.key) == (str(err), 12, "kernels.gemm.space.BLOCK_M")
+    assert (
+        str(ManifestError(Path("a/t.yaml"), None, "", "file not found", "check"))
+        == "a/t.yaml: file not found; fix: check"
+    )
+    assert isinstance(err, TuneError)
+
+
+# --------------------------------------------------------------------------- one test per error class
+
+
+def test_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ManifestError) as info:
+        load_manifest("nope/tuning.yaml")
+    assert_error(info.value, None, "", "file not found", "; fix: ", shown="nope/tuning.yaml")
+
+
+def test_yaml_syntax_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("    key: [M, N, K]\n", "    key: [M, N, K\n")
+    err = fail(tmp_path, monkeypatch, text)
+    # YAML notices the missing ']' on the next line; the message points back at the start
+    start = line_of(text, "key: [M, N, K")
+    assert_error(err, start + 1, "", "invalid YAML", f"flow sequence (started at line {start})")
+
+
+def test_yaml_tab_indentation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("    key: [M, N, K]\n", "\tkey: [M, N, K]\n")
+    assert_error(fail(tmp_path, monkeypatch, text), line_of(text, "\tkey"), "", "invalid YAML", "'\\t'")
+
+
+def test_missing_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    err = fail(tmp_path, monkeypatch, edit("version: 1\n", ""))
+    assert_error(err, 1, "version", "missing required key 'version'", "version: 1")
+
+
+def test_wrong_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    err = fail(tmp_path, monkeypatch, edit("version: 1\n", "version: 2\n"))
+    assert_error(err, 1, "version", "unsupported version 2", "set version: 1")
+
+
+def test_unknown_top_level_key_did_you_mean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("defaults:\n", "default:\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err, 2, "default", "unknown key 'default'", "allowed: version, defaults, kernels", "did you mean 'defaults'?"
+    )
+
+
+def test_unknown_kernel_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("    shapes:\n", "    shape:\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "shape:"), "kernels.gemm.shape", "unknown key 'shape'", "did you mean 'shapes'?")
+
+
+def test_unknown_bench_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("{warmup_ms: 10}", "{warmup: 10}")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "warmup:"), "defaults.bench.warmup", "did you mean 'warmup_ms'?")
+
+
+def test_missing_required_kernel_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("    reference: kernels.gemm:reference\n", "")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "  gemm:"), "kernels.gemm.reference", "missing required key 'reference'")
+
+
+def test_duplicate_kernel_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("  softmax:\n", "  gemm:\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err,
+        line_of(text, "  gemm:", 2),
+        "kernels.gemm",
+        "duplicate key 'gemm'",
+        f"first at line {line_of(text, '  gemm:')}",
+    )
+
+
+def test_duplicate_nested_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("      GROUP_M: [8]\n", "      GROUP_M: [8]\n      GROUP_M: [4]\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "GROUP_M: [4]"), "kernels.gemm.space.GROUP_M", "duplicate key")
+
+
+def test_bad_kernel_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("  softmax:\n", "  Soft-Max:\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "Soft-Max"), "kernels.Soft-Max", "[a-z_][a-z0-9_]*", "'soft_max'")
+
+
+def test_bad_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("    launch: kernels.gemm:matmul\n", "    launch: kernels.gemm.matmul\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err,
+        line_of(text, "launch: kernels.gemm.matmul"),
+        "kernels.gemm.launch",
+        "expected 'module.path:attr'",
+        "kernels.gemm:matmul",
+    )
+
+
+def test_scalar_instead_of_list_in_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("GROUP_M: [8]", "GROUP_M: 8")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "GROUP_M: 8"), "kernels.gemm.space.GROUP_M", "expected a non-empty list, got 8")
+    assert err.fix == "write GROUP_M: [8]"
+
+
+def test_empty_space_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("      BLOCK: [128, 256]\n      num_warps: [4]\n", "      {}\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "space:", 2), "kernels.softmax.space", "no params")
+
+
+def test_empty_space_after_constraints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("<= 65536", "<= 100")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "<= 100"), "kernels.gemm.constraints[0]", "rejects all 576 configs")
+
+
+def test_empty_space_from_several_constraints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit('      - "BLOCK_M <= max(32, next_pow2(M))"\n', '      - "BLOCK_M > 64"\n      - "BLOCK_M < 64"\n')
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "constraints:"), "kernels.gemm.constraints", "together reject all 576 configs")
+
+
+def test_constraint_with_unknown_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("next_pow2(M)", "next_pow2(MM)")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err, line_of(text, "next_pow2(MM)"), "kernels.gemm.constraints[1]", "unknown name 'MM'", "did you mean 'M'?"
+    )
+
+
+def test_constraint_with_disallowed_syntax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("next_pow2(M)", "M.bit_length()")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "bit_length"), "kernels.gemm.constraints[1]", "attribute access")
+
+
+def test_constraint_failing_at_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("<= 65536", "<= 65536 // (BLOCK_M - 32)")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "BLOCK_M - 32"), "kernels.gemm.constraints[0]", "ZeroDivisionError", "BLOCK_M=32")
+
+
+def test_shape_with_missing_dim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("{M: 256, N: 256, K: 256}", "{M: 256, N: 256}")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "{M: 256, N: 256}"), "kernels.gemm.shapes[0]", "missing key dim 'K'")
+
+
+def test_shape_with_extra_dim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("{M: 256, N: 256, K: 256}", "{M: 256, N: 256, K: 256, k: 2}")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "k: 2"), "kernels.gemm.shapes[0].k", "'k' is not a key dim", "did you mean 'K'?")
+
+
+def test_grid_with_missing_dim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("grid: {M: [256, 512], N: [256], K: [256, 4096]}", "grid: {M: [256, 512], N: [256]}")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "grid:"), "kernels.gemm.shapes[1].grid", "missing key dim 'K'")
+
+
+def test_non_positive_shape_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("{M: 256, N: 256, K: 256}", "{M: 256, N: 0, K: 256}")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "N: 0"), "kernels.gemm.shapes[0].N", "expected a positive integer, got 0")
+
+
+def test_non_positive_grid_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("N: [256], K", "N: [-1], K")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "N: [-1]"), "kernels.gemm.shapes[1].grid.N[0]", "got -1")
+
+
+def test_bad_dtype(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("dtypes: [float32, bf16, half]", "dtypes: [float32, bfloat]")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err,
+        line_of(text, "bfloat]"),
+        "kernels.softmax.dtypes[1]",
+        "unknown dtype 'bfloat'",
+        "float16, bfloat16, float32",
+        "did you mean",
+    )
+
+
+def test_bad_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("targets: [90, sm_100]", "targets: [90, sm90a]")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "sm90a"), "kernels.softmax.targets[1]", "unknown target 'sm90a'", "smNN")
+
+
+def test_bad_num_warps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("num_warps: [2, 4, 8]", "num_warps: [2, 4, 6]")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err,
+        line_of(text, "num_warps: [2, 4, 6]"),
+        "kernels.gemm.space.num_warps[2]",
+        "power of two from 1 to 32, got 6",
+    )
+
+
+def test_bad_num_stages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("num_stages: [3, 4, 5]", "num_stages: [0]")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "num_stages: [0]"), "kernels.gemm.space.num_stages[0]", "integer >= 1")
+
+
+def test_negative_rep_ms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("{rep_ms: 50, l2_flush: false}", "{rep_ms: -50, l2_flush: false}")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err, line_of(text, "rep_ms: -50"), "kernels.softmax.bench.rep_ms", "expected a positive number, got -50"
+    )
+
+
+def test_exponent_number_read_as_string(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("{warmup_ms: 10}", "{warmup_ms: 1e3}")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "1e3"), "defaults.bench.warmup_ms", "got '1e3'", "1.0e+3")
+
+
+def test_l2_flush_must_be_bool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("l2_flush: false", "l2_flush: 0")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "l2_flush: 0"), "kernels.softmax.bench.l2_flush", "expected true or false")
+
+
+def test_output_paths_must_differ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit('    cache: "cache/{kernel}.txtpb"\n', '    cache: "generated/gemm.tuning.txtpb"\n')
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(
+        err, line_of(text, "    cache:"), "kernels.softmax.cache", "also the cache path of kernel 'gemm'", "{kernel}"
+    )
+
+
+def test_bad_path_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit('"gen/{kernel}_configs.py"', '"gen/{name}.py"')
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "{name}"), "kernels.softmax.generated", "placeholder")
+
+
+def test_key_dim_also_a_param(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("      BLOCK: [128, 256]\n", "      ROWS: [128, 256]\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "ROWS: [128"), "kernels.softmax.space.ROWS", "both a key dim and a space param")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "needle"),
+    [
+        ("", 1, "empty"),
+        ("# only a comment\n", 1, "empty"),
+        ("- a\n- b\n", 1, "top level"),
+        ("version: 1\nkernels: {}\n", 2, "no kernels"),
+        ("version: 1\nkernels:\n  gemm:\n", 3, "got nothing (null)"),
+        ("version: 1\n? [a]\n: 1\n", 2, "unhashable"),
+        ("version: 1\n1: x\nkernels: {}\n", 2, "keys must be strings"),
+        ("version: 1\nkernels: !!python/object:os.system {}\n", 2, "invalid YAML"),
+        ("version: 1\n---\nversion: 1\n", 2, "single document"),
+    ],
+)
+def test_odd_documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, line: int, needle: str) -> None:
+    err = fail(tmp_path, monkeypatch, text)
+    assert err.line == line and needle in str(err), str(err)
+
+
+def test_binary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tuning.yaml").write_bytes(b"version: 1\n\xff\xfe\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ManifestError, match="not UTF-8"):
+        load_manifest("tuning.yaml")
+
+
+def test_mutations_raise_only_manifest_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random edits either load or raise ManifestError: never another exception."""
+    rng = random.Random(1234)
+    alphabet = ":-[]{}\n #'\"!&*,a1_0."
+    lines = BASE.splitlines(keepends=True)
+    for _ in range(150):
+        text, op = list(BASE), rng.randrange(4)
+        pos = rng.randrange(len(text))
+        if op == 0:
+            del text[pos]
+        elif op == 1:
+            text.insert(pos, rng.choice(alphabet))
+        elif op == 2:
+            text[pos] = rng.choice(alphabet)
+        else:
+            i = rng.randrange(len(lines))
+            text = list("".join(lines[:i] + lines[i + 1 :] if rng.random() < 0.5 else lines[: i + 1] + lines[i:]))
+        try:
+            load(tmp_path, monkeypatch, "".join(text))
+        except ManifestError as err:
+            assert err.fix and "\n" not in str(err)
