@@ -1,0 +1,1 @@
+"""Triton kernels tuned ahead of time by aot_tune (one module per kernel)."""
