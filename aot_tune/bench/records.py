@@ -1,0 +1,53 @@
+"""Plain-data requests and results exchanged with device workers (they pickle across processes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..manifest import BenchSettings
+
+#: Outcomes of one config on one shape; everything but "ok" is a typed failure and never chosen.
+MEASUREMENT_STATUSES = ("ok", "wrong_result", "runtime_error", "crashed", "timeout", "invalid")
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """Measure one config of one kernel on one (shape, dtype)."""
+
+    kernel: str
+    root: str
+    launch_ref: str
+    inputs_ref: str
+    reference_ref: str
+    shape: tuple[tuple[str, int], ...]
+    dtype: str
+    config_id: str
+    config: tuple[tuple[str, object], ...]
+    settings: BenchSettings
+
+
+@dataclass
+class ConfigMeasurement:
+    config_id: str
+    status: str
+    message: str = ""
+    times_ms: list[float] = field(default_factory=list)
+    error_norm: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device worker reports about itself; goes into every record's provenance."""
+
+    key: str
+    name: str
+    compute_capability: str
+    backend: str
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    triton: str = ""
+    l2_bytes: int = 0

@@ -1,0 +1,100 @@
+"""Builder: AOT-compile one config of one kernel for one GPU target, and judge its validity.
+
+A compile runs the kernel's own launch function on ``meta`` tensors for every declared shape
+and dtype, so each distinct specialization a real launch will need is compiled once, into the
+Triton cache directory the bench stage shares. Runs in compile worker processes (see pool.py);
+nothing here needs a GPU.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from . import triton_compat
+from .loading import load_kernel_module_attrs
+
+#: Failure reasons a compile can record; the bench stage never measures such a config.
+INVALID_REASONS = (
+    "shared_memory", "ptxas_error", "compile_assertion", "compile_error", "out_of_resources",
+    "launch_error", "crashed", "timeout",
+)
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """Everything a worker needs; plain data so it pickles into a spawned process."""
+
+    kernel: str
+    root: str
+    kernel_ref: str
+    launch_ref: str
+    inputs_ref: str
+    config: dict
+    target: str
+    shapes: tuple[dict, ...]
+    dtypes: tuple[str, ...]
+
+
+@dataclass
+class CompileResult:
+    """Outcome of compiling one (kernel, config, target) for all of its specializations."""
+
+    kernel: str
+    config_id: str
+    target: str
+    status: str = "ok"  # "ok" or one of INVALID_REASONS
+    message: str = ""
+    seconds: float = 0.0
+    shared_bytes: int = 0
+    specializations: list[str] = field(default_factory=list)  # Triton kernel hashes
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "ok"
+
+
+def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
+    """Compile every specialization of one config for one target; never raises for kernel faults."""
+    import torch
+
+    triton_compat.pin_environment()
+    result = CompileResult(request.kernel, config_id, request.target)
+    kernel_fn, launch, make_inputs = load_kernel_module_attrs(
+        request.root, (request.kernel_ref, request.launch_ref, request.inputs_ref)
+    )
+    arch = triton_compat.parse_target(request.target)
+    counter = triton_compat.CacheHitCounter()
+    start = time.perf_counter()
+    try:
+        with counter.installed(), triton_compat.target_driver(arch), \
+                triton_compat.compile_instead_of_launch(kernel_fn) as captured:
+            for shape in request.shapes:
+                for dtype in request.dtypes:
+                    inputs = make_inputs(dict(shape), getattr(torch, dtype), "meta")
+                    launch(*inputs, config=dict(request.config))
+    except Exception as exc:  # a kernel fault is a result, not a crash of the pipeline
+        reason = triton_compat.compile_error_kind(exc)
+        result.status = reason or "launch_error"
+        result.message = _one_line(exc) if reason else _short_traceback(exc)
+    result.seconds = time.perf_counter() - start
+    result.cache_hits, result.cache_misses = counter.hits, counter.misses
+    if result.status == "ok":
+        result.specializations = sorted({c.hash for c in captured})
+        result.shared_bytes = max((c.shared for c in captured), default=0)
+        limit = triton_compat.shared_memory_limit(arch)
+        if result.shared_bytes > limit:
+            result.status = "shared_memory"
+            result.message = f"needs {result.shared_bytes} bytes of shared memory, {request.target} allows {limit}"
+    return result
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:500]
+
+
+def _short_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()[:500]

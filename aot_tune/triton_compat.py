@@ -1,0 +1,180 @@
+"""Every use of Triton internals lives here, so a Triton upgrade touches one file.
+
+Supported: triton 3.6 to 3.9. What this module relies on, and why:
+
+* ``triton.runtime.driver`` keeps the active driver in ``_active`` and lets us swap it with
+  ``set_active``. Compiling through the *real* launch path (``JITFunction.run`` with
+  ``warmup=True``) under a stand-in driver that only names a target reproduces exactly the
+  specialization, options and attrs a later launch on that GPU computes, so the later launch
+  finds the compile in Triton's on-disk cache. This works with no GPU and no CUDA driver.
+* ``triton.knobs.compilation.listener`` is called after every ``triton.compile`` with
+  ``cache_hit``; we count hits to prove the bench stage reuses the compile stage's work.
+* Launch options and errors: ``PTXASError`` at compile time; ``OutOfResources`` only when a
+  module is loaded on a device, hence the shared-memory check against the target's limit.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+#: Environment that is part of Triton's cache key; pinned identically for compile and bench.
+PINNED_ENV = {"TRITON_DEFAULT_FP_FUSION": "1"}
+
+#: Per-block opt-in shared memory limit (bytes) per compute capability, from CUDA's tables.
+SHARED_MEMORY_LIMIT = {
+    70: 98304, 72: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912, 89: 101376,
+    90: 232448, 100: 232448, 103: 232448, 120: 101376,
+}
+
+
+def pin_environment() -> None:
+    """Set the cache-key environment the same way in every process that compiles or launches."""
+    for name, value in PINNED_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def parse_target(target: str) -> int:
+    """'sm90' -> 90."""
+    return int(target.removeprefix("sm"))
+
+
+def shared_memory_limit(arch: int) -> int:
+    """The per-block shared memory a kernel may use on this compute capability."""
+    if arch in SHARED_MEMORY_LIMIT:
+        return SHARED_MEMORY_LIMIT[arch]
+    known = max(a for a in SHARED_MEMORY_LIMIT if a <= arch)
+    return SHARED_MEMORY_LIMIT[known]
+
+
+class _TargetOnlyDriver:
+    """Answers the questions ``JITFunction.run`` asks of a driver, for a GPU that isn't there."""
+
+    def __init__(self, arch: int, torch_device: Any) -> None:
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", arch, 32)
+        self._torch_device = torch_device
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self) -> int:
+        # JITFunction keys its per-device binder cache on this: one fake device per target.
+        return 1000 + self.target.arch
+
+    def get_current_stream(self, device=None) -> int:
+        return 0
+
+    def get_active_torch_device(self):
+        return self._torch_device
+
+    def is_active(self) -> bool:
+        return True
+
+
+_driver_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def target_driver(arch: int) -> Iterator[None]:
+    """Make Triton compile for ``sm{arch}`` as if that GPU were present."""
+    import torch
+    from triton.runtime import driver
+
+    with _driver_lock:
+        previous = driver._active
+        driver.set_active(_TargetOnlyDriver(arch, torch.device("meta")))
+        try:
+            yield
+        finally:
+            driver._active = previous
+
+
+@dataclass
+class CapturedCompile:
+    """One compiled specialization of a kernel, as a launch would have produced it."""
+
+    hash: str
+    shared: int
+    name: str
+
+
+@contextlib.contextmanager
+def compile_instead_of_launch(jit_fn: Any) -> Iterator[list[CapturedCompile]]:
+    """While active, ``jit_fn[grid](...)`` compiles (through the real launch path) but does not launch."""
+    captured: list[CapturedCompile] = []
+    original_run = type(jit_fn).run
+
+    def run(*args, grid, warmup, **kwargs):
+        kernel = original_run(jit_fn, *args, grid=grid, warmup=True, **kwargs)
+        captured.append(CapturedCompile(kernel.hash, int(kernel.metadata.shared), kernel.metadata.name))
+        return kernel
+
+    jit_fn.run = run
+    try:
+        yield captured
+    finally:
+        del jit_fn.run
+
+
+def jit_function_type() -> type:
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction
+
+
+def compile_error_kind(exc: BaseException) -> str | None:
+    """Map a Triton exception to a typed failure reason, or None if it isn't a compile failure."""
+    from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    if isinstance(exc, CompileTimeAssertionFailure):
+        return "compile_assertion"
+    if isinstance(exc, PTXASError):
+        return "ptxas_error"
+    if isinstance(exc, OutOfResources):
+        return "out_of_resources"
+    if isinstance(exc, CompilationError):
+        return "compile_error"
+    return None
+
+
+class CacheHitCounter:
+    """Counts Triton compiles that were served from its on-disk cache."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(self, *, cache_hit: bool, **_: Any) -> None:
+        if cache_hit:
+            self.hits += 1
+        else:
+            self.misses += 1
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["CacheHitCounter"]:
+        from triton import knobs
+
+        previous: Callable | None = knobs.compilation.listener
+        knobs.compilation.listener = self
+        try:
+            yield self
+        finally:
+            knobs.compilation.listener = previous
+
+
+def versions() -> dict[str, str]:
+    """Toolchain versions that decide compiled code, read without importing torch or triton."""
+    from importlib import metadata
+
+    found = {}
+    for dist in ("triton", "torch"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = "absent"
+    return found
