@@ -1,0 +1,109 @@
+"""Database: tuning records in one protobuf file per kernel, text or binary by extension.
+
+Text (``.txtpb``, ``.textproto``, ``.pbtxt``) is the default for checked-in caches: records are
+sorted and fields printed in schema order, so the file is byte-for-byte deterministic and a
+retune shows up as a reviewable diff. Anything else is binary protobuf.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from google.protobuf import text_format
+
+from .errors import TuneError
+from .fileio import write_atomic
+from .tuning_schema import TuningCache, TuningRecord
+
+SCHEMA_VERSION = 1
+TEXT_SUFFIXES = (".txtpb", ".textproto", ".pbtxt")
+
+
+def is_text(path: str | os.PathLike) -> bool:
+    return str(path).endswith(TEXT_SUFFIXES)
+
+
+def record_identity(record: TuningRecord) -> tuple:
+    """What one record answers: the best config of a kernel for a key on a device."""
+    return (record.kernel, record.device.key, record.dtype, tuple(record.shape))
+
+
+def read_cache(path: str | os.PathLike) -> TuningCache:
+    """An empty cache if the file does not exist; a clear error if it does not parse."""
+    path = Path(path)
+    cache = TuningCache()
+    if not path.exists():
+        return cache
+    data = path.read_bytes()
+    try:
+        if is_text(path):
+            text_format.Parse(data.decode(), cache)
+        else:
+            cache.ParseFromString(data)
+    except (text_format.ParseError, UnicodeDecodeError, Exception) as exc:
+        raise TuneError(f"{path}: not a valid tuning cache ({exc}); fix: restore it from git "
+                        f"or delete it to retune") from exc
+    if cache.schema_version > SCHEMA_VERSION:
+        raise TuneError(f"{path}: schema version {cache.schema_version} is newer than this aot_tune "
+                        f"understands ({SCHEMA_VERSION}); fix: upgrade aot_tune")
+    return cache
+
+
+def serialize(cache: TuningCache, path: str | os.PathLike) -> bytes:
+    if is_text(path):
+        return text_format.MessageToString(cache).encode()
+    return cache.SerializeToString(deterministic=True)
+
+
+def sorted_cache(records: Iterable[TuningRecord]) -> TuningCache:
+    cache = TuningCache(schema_version=SCHEMA_VERSION)
+    cache.records.extend(sorted(records, key=record_identity))
+    return cache
+
+
+def merge_records(existing: Iterable[TuningRecord], incoming: Iterable[TuningRecord]) -> TuningCache:
+    """Incoming records replace existing ones with the same identity unless they are older."""
+    merged = {record_identity(r): r for r in existing}
+    for record in incoming:
+        key = record_identity(record)
+        current = merged.get(key)
+        if current is None or record.measured_at >= current.measured_at:
+            merged[key] = record
+    return sorted_cache(merged.values())
+
+
+def write_cache(cache: TuningCache, path: str | os.PathLike) -> bool:
+    """Write atomically; returns False (and leaves the file alone) when nothing changed."""
+    data = serialize(cache, path)
+    path = Path(path)
+    if path.exists() and path.read_bytes() == data:
+        return False
+    write_atomic(path, data)
+    return True
+
+
+def read_record(path: str | os.PathLike) -> TuningRecord:
+    record = TuningRecord()
+    record.ParseFromString(Path(path).read_bytes())
+    return record
+
+
+def config_to_proto(config_id: str, params: dict, message) -> None:
+    """Fill a ``Config`` message; params sorted by name for a deterministic text form."""
+    message.id = config_id
+    for name in sorted(params):
+        value = params[name]
+        param = message.params.add(name=name)
+        if isinstance(value, bool):
+            param.bool_value = value
+        elif isinstance(value, int):
+            param.int_value = value
+        elif isinstance(value, float):
+            param.float_value = value
+        else:
+            param.string_value = str(value)
+
+
+def config_from_proto(message) -> dict:
+    return {p.name: getattr(p, p.WhichOneof("value")) for p in message.params}
