@@ -1,0 +1,148 @@
+"""doit integration: a task loader that reads tuning.yaml, and the ``tune`` command.
+
+``doit tune [KERNEL...]`` is a command (not a task) so that ``doit tune -n 8`` and
+``[tool.doit.commands.tune]`` work. It runs doit's parallel runner on threads: task actions only
+hand work to the worker pools (aot_tune.executors), which do the heavy lifting in processes.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from doit.cmd_base import TaskLoader2
+from doit.cmd_run import Run, opt_num_process, opt_parallel_type
+from doit.exceptions import InvalidCommand, InvalidDodoFile
+from doit.loader import generate_tasks
+
+from .errors import TuneError
+from .executors import Executors
+from .hardware import BACKENDS, detect
+from .plan import WORK_DIR, build_plan
+from .stages import TuneSession, eprint
+
+opt_manifest = {
+    "name": "manifest", "long": "manifest", "type": str, "default": "tuning.yaml",
+    "help": "path of the tuning manifest [default: %(default)s]",
+}
+opt_backend = {
+    "name": "bench_backend", "long": "bench-backend", "type": str, "default": "auto",
+    "help": f"where to benchmark: {', '.join(BACKENDS)} (auto: cuda when a GPU is visible) [default: %(default)s]",
+}
+
+
+class ManifestLoader(TaskLoader2):
+    """Builds the stage tasks from the manifest; kernels named on the command line narrow it."""
+
+    cmd_options = (opt_manifest, opt_backend)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: TuneSession | None = None
+        self.kernel_names: tuple[str, ...] = ()
+        self.jobs = os.cpu_count() or 1
+
+    def setup(self, opt_values: dict) -> None:
+        self.options = opt_values
+        dep_file = opt_values.get("dep_file")
+        if dep_file:  # doit opens its database before it loads tasks
+            Path(dep_file).parent.mkdir(parents=True, exist_ok=True)
+
+    def load_doit_config(self) -> dict:
+        return {}
+
+    def load_tasks(self, cmd, pos_args) -> list:
+        from . import rules
+        from .manifest import load_manifest
+        from .rules import bench, compile, generate, merge
+
+        try:
+            manifest = load_manifest(self.options.get("manifest", "tuning.yaml"))
+            device = detect(self.options.get("bench_backend", "auto"))
+            kernels = manifest.select(self.kernel_names) if self.kernel_names else manifest.kernels
+            plan = build_plan(manifest, device, kernels)
+        except TuneError as err:
+            raise InvalidDodoFile(str(err)) from None
+        if device.notice:
+            eprint(f"aot_tune: {device.notice}")
+        plan.work_dir.mkdir(parents=True, exist_ok=True)
+        jobs = int(self.options.get("num_process") or self.jobs)
+        self.session = TuneSession(plan, Executors(device, plan.triton_cache_dir, jobs))
+        task_list = []
+        for stage in (compile, bench, merge, generate):
+            task_list.extend(generate_tasks(stage.__name__, stage.tasks(self.session), stage.__doc__))
+        assert rules.STAGES == ("compile", "bench", "merge", "generate")
+        return task_list
+
+
+def _with_default(option: dict, default) -> dict:
+    return {**option, "default": default}
+
+
+class TuneCommand(Run):
+    """Run the tuning pipeline: compile, bench, merge, generate."""
+
+    name = "tune"
+    doc_purpose = "tune the kernels of tuning.yaml ahead of time (all, or those named)"
+    doc_usage = "[KERNEL ...]"
+    doc_description = ("Compiles every candidate config on all CPU cores, benchmarks each shape on the\n"
+                       "local GPUs (or the Triton interpreter), merges the results into the protobuf\n"
+                       "caches and writes generated/<kernel>.py. Only stale work runs.")
+    cmd_options = tuple(
+        _with_default(opt, os.cpu_count() or 1) if opt is opt_num_process
+        else _with_default(opt, "thread") if opt is opt_parallel_type
+        else opt
+        for opt in Run.cmd_options
+    )
+
+    def __init__(self, task_loader=None, **kwargs) -> None:
+        if not isinstance(task_loader, ManifestLoader):
+            task_loader = ManifestLoader()
+        super().__init__(task_loader=task_loader, **kwargs)
+
+    def execute(self, params, args):
+        if params.get("par_type") == "process":
+            raise InvalidCommand("doit tune runs its own worker processes; -P process is not supported, "
+                                 "drop the option (threads are the default)")
+        self.loader.kernel_names = tuple(args)
+        with _exclusive_run(Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR):
+            try:
+                result = super().execute(params, [])
+            finally:
+                session = self.loader.session
+                if session is not None:
+                    session.executors.close()
+                    summary = session.summary()
+                    if summary:
+                        eprint(summary)
+        return result
+
+
+class _exclusive_run:
+    """One ``doit tune`` per tree at a time: a second one refuses instead of racing the first."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.path = work_dir / "run.lock"
+        self.handle = None
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "another process"
+            self.handle.close()
+            raise InvalidCommand(f"another doit tune is running in this tree ({holder}); "
+                                 f"wait for it to finish, then run again") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"pid {os.getpid()}")
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+        return False

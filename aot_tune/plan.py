@@ -1,0 +1,170 @@
+"""The tuning plan: which compile and bench units a manifest asks for, with their fingerprints,
+where each unit's durable output lives, and which units are stale.
+
+Staleness is decided from durable files (per-task outputs under ``.aot_tune/`` and the checked-in
+caches), never from doit's dependency database alone: doit writes that database only when a run
+ends, so a killed run would otherwise redo finished work, and a fresh clone would retune
+everything although its caches already hold the answers.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from . import cache as cache_io
+from .fingerprint import RECORD_FORMAT, SourceIndex, digest
+from .hardware import LocalDevice
+from .manifest import KernelSpec, Manifest
+from .space import Config
+from .triton_compat import PINNED_ENV, versions
+
+WORK_DIR = ".aot_tune"
+
+
+def shape_label(shape: tuple[int, ...]) -> str:
+    return "x".join(str(v) for v in shape)
+
+
+@dataclass(frozen=True)
+class CompileUnit:
+    """Compile one config of one kernel for one target, for every specialization its shapes need."""
+
+    kernel: str
+    config: Config
+    target: str
+    shapes: tuple[tuple[int, ...], ...]
+    fingerprint: str
+    output: Path
+
+    @property
+    def name(self) -> str:
+        return f"compile:{self.kernel}:{self.target}:{self.config.id}"
+
+
+@dataclass(frozen=True)
+class BenchUnit:
+    """Measure every candidate config of one kernel on one (shape, dtype) on the local device."""
+
+    kernel: str
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    configs: tuple[Config, ...]
+    fingerprint: str
+    output: Path
+
+    @property
+    def name(self) -> str:
+        return f"bench:{self.kernel}:{self.device}:{self.dtype}:{shape_label(self.shape)}"
+
+
+@dataclass
+class KernelPlan:
+    spec: KernelSpec
+    cache_path: Path
+    generated_path: Path
+    compile_units: list[CompileUnit] = field(default_factory=list)
+    bench_units: list[BenchUnit] = field(default_factory=list)
+
+    def bench_targets(self, device: LocalDevice) -> tuple[str, ...]:
+        """Targets whose compiles a bench on this device uses (validity, and the warm cache)."""
+        return (device.target,) if device.target else self.spec.targets
+
+    def compiles_for(self, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
+        return [u for u in self.compile_units if u.config == config and u.target in targets]
+
+
+@dataclass
+class Plan:
+    manifest: Manifest
+    device: LocalDevice
+    kernels: list[KernelPlan]
+
+    @property
+    def work_dir(self) -> Path:
+        return self.manifest.root / WORK_DIR
+
+    @property
+    def triton_cache_dir(self) -> Path:
+        return self.work_dir / "triton-cache"
+
+    @cached_property
+    def toolchain(self) -> dict[str, str]:
+        return {**versions(), **PINNED_ENV}
+
+
+def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpec, ...]) -> Plan:
+    """Expand the manifest into units; pure apart from reading kernel sources."""
+    plan = Plan(manifest, device, [])
+    sources = SourceIndex(manifest.root)
+    work = manifest.root / WORK_DIR
+    for spec in kernels:
+        kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
+        code = sources.closure([spec.kernel, spec.launch])
+        compile_code = sources.closure([spec.kernel, spec.launch], with_lines=True)
+        shapes = spec.interpreter_shapes if device.backend == "interpreter" else spec.shapes
+        configs_per_shape = {s: tuple(spec.space.configs_for(spec.shape_dict(s))) for s in shapes}
+        targets = spec.targets
+        if device.target and device.target not in targets:
+            targets = (*targets, device.target)  # the bench launches need the local arch compiled
+        for config in sorted({c for cs in configs_per_shape.values() for c in cs}):
+            used_by = tuple(s for s in shapes if config in configs_per_shape[s])
+            for target in targets:
+                fp = digest("compile", RECORD_FORMAT, compile_code, config.params, target, used_by,
+                            spec.dtypes, plan.toolchain)
+                out = work / "compile" / spec.name / target / f"{config.id}.json"
+                kp.compile_units.append(CompileUnit(spec.name, config, target, used_by, fp, out))
+        for shape in shapes:
+            for dtype in spec.dtypes:
+                fp = digest("bench", RECORD_FORMAT, code, spec.space.canonical(), spec.key, shape, dtype,
+                            asdict(spec.bench), plan.toolchain, device.key, device.name,
+                            device.compute_capability, device.backend, spec.reference, spec.inputs)
+                out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
+                kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
+                                                configs_per_shape[shape], fp, out))
+        plan.kernels.append(kp)
+    return plan
+
+
+class Staleness:
+    """Answers 'does this unit need to run', from durable outputs; reads each cache once."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self._cached_fingerprints: dict[Path, set[str]] = {}
+
+    def cache_fingerprints(self, kp: KernelPlan) -> set[str]:
+        if kp.cache_path not in self._cached_fingerprints:
+            cache = cache_io.read_cache(kp.cache_path)
+            self._cached_fingerprints[kp.cache_path] = {r.fingerprint for r in cache.records}
+        return self._cached_fingerprints[kp.cache_path]
+
+    def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
+        if unit.fingerprint in self.cache_fingerprints(kp):
+            return True
+        return unit.output.exists() and _record_fingerprint(unit.output) == unit.fingerprint
+
+    def compile_done(self, unit: CompileUnit) -> bool:
+        return compile_output_matches(unit)
+
+    def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
+        """A compile runs only when some stale bench needs its config and it has no result yet."""
+        if self.compile_done(unit):
+            return False
+        return any(unit.config in b.configs and not self.bench_done(kp, b) for b in kp.bench_units)
+
+
+def compile_output_matches(unit: CompileUnit) -> bool:
+    try:
+        return json.loads(unit.output.read_text()).get("fingerprint") == unit.fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def _record_fingerprint(path: Path) -> str:
+    try:
+        return cache_io.read_record(path).fingerprint
+    except Exception:  # a torn or foreign file is simply not a finished result
+        return ""

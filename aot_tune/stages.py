@@ -1,0 +1,211 @@
+"""The work of each stage, one function per doit task: compile, bench, merge, generate.
+
+A ``TuneSession`` is the run's shared state (plan, worker pools, progress, counters). Each
+stage reads the durable outputs of the stage before it and writes its own atomically, so the
+files, not doit's database, are the record of what is done.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import cache as cache_io
+from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
+from .codegen import module_inputs_digest, render_module
+from .compile import CompileRequest, CompileResult
+from .executors import Executors
+from .fileio import write_atomic
+from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness
+from .progress import Progress
+from .select import choose
+from .tuning_schema import TuningRecord
+
+BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
+
+
+class TuneSession:
+    def __init__(self, plan: Plan, executors: Executors) -> None:
+        self.plan = plan
+        self.executors = executors
+        self.staleness = Staleness(plan)
+        self.progress: dict[str, Progress] = {}
+        self.compile_status: Counter[str] = Counter()
+        self.bench_status: Counter[str] = Counter()
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.seconds: Counter[str] = Counter()
+
+    def start_stage(self, stage: str, total: int) -> None:
+        if total:
+            self.progress[stage] = Progress(stage, total)
+
+    # -- compile ---------------------------------------------------------------------------
+    def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+        spec = kp.spec
+        request = CompileRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), kernel_ref=spec.kernel,
+            launch_ref=spec.launch, inputs_ref=spec.inputs, config=unit.config.as_dict(), target=unit.target,
+            shapes=tuple(spec.shape_dict(s) for s in unit.shapes), dtypes=spec.dtypes,
+        )
+        start = time.perf_counter()
+        result = self.executors.compile(request, unit.config.id)
+        self.seconds["compile"] += time.perf_counter() - start
+        self.compile_status[result.status] += 1
+        payload = {"fingerprint": unit.fingerprint, "config": unit.config.as_dict(), **asdict(result)}
+        write_atomic(unit.output, json.dumps(payload, indent=1, sort_keys=True))
+        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {result.status}")
+
+    # -- bench -----------------------------------------------------------------------------
+    def bench(self, kp: KernelPlan, unit: BenchUnit) -> None:
+        spec, device = kp.spec, self.plan.device
+        invalid = self._invalid_configs(kp, unit)
+        start = time.perf_counter()
+        measurements: list[ConfigMeasurement] = []
+        with self.executors.devices.lease() as lease:
+            info = lease.info
+            for config in unit.configs:
+                if config.id in invalid:
+                    measurements.append(ConfigMeasurement(config.id, "invalid", invalid[config.id]))
+                    continue
+                request = BenchRequest(
+                    kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+                    inputs_ref=spec.inputs, reference_ref=spec.reference,
+                    shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+                    config_id=config.id, config=config.params, settings=spec.bench,
+                )
+                measurements.append(lease.measure(request, BENCH_TIMEOUT_S[device.backend]))
+            self.cache_hits += lease.cache_hits
+            self.cache_misses += lease.cache_misses
+        elapsed = time.perf_counter() - start
+        self.seconds["bench"] += elapsed
+        self.bench_status.update(m.status for m in measurements)
+        record = self._record(kp, unit, info, measurements, elapsed)
+        write_atomic(unit.output, record.SerializeToString(deterministic=True))
+        best = record.best.id if record.HasField("best") else "none passed"
+        self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {best}")
+
+    def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit) -> dict[str, str]:
+        """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
+        targets = kp.bench_targets(self.plan.device)
+        invalid = {}
+        for config in unit.configs:
+            results = [_read_compile(c) for c in kp.compiles_for(config, targets)]
+            known = [r for r in results if r is not None]
+            if known and not any(r.valid for r in known):
+                first = known[0]
+                invalid[config.id] = f"{first.status}: {first.message}".strip(": ")
+        return invalid
+
+    def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo,
+                measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
+        spec = kp.spec
+        record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
+                              dtype=unit.dtype, fingerprint=unit.fingerprint, bench_seconds=round(elapsed, 3),
+                              measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        record.device.key, record.device.name = info.key, info.name
+        record.device.compute_capability, record.device.backend = info.compute_capability, info.backend
+        record.toolchain.triton, record.toolchain.torch = info.triton, info.torch
+        record.toolchain.cuda, record.toolchain.driver = info.cuda, info.driver
+        bench = spec.bench
+        record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
+        record.bench.l2_flush, record.bench.l2_flush_bytes = bench.l2_flush, bench.l2_flush_bytes or 0
+        configs = {c.id: c for c in unit.configs}
+        for m in sorted(measurements, key=lambda m: m.config_id):
+            entry = record.measurements.add(status=m.status, reason=m.message, error_norm=m.error_norm)
+            cache_io.config_to_proto(m.config_id, configs[m.config_id].as_dict(), entry.config)
+            if m.times_ms:
+                entry.times_ms.extend(m.times_ms)
+                entry.median_ms = statistics.median(m.times_ms)
+                entry.min_ms, entry.mean_ms = min(m.times_ms), statistics.fmean(m.times_ms)
+                entry.stdev_ms = statistics.pstdev(m.times_ms)
+        best = choose(measurements)
+        if best is not None:
+            cache_io.config_to_proto(best.config_id, configs[best.config_id].as_dict(), record.best)
+        return record
+
+    # -- merge -----------------------------------------------------------------------------
+    def merge(self, kp: KernelPlan) -> None:
+        """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
+        existing = cache_io.read_cache(kp.cache_path)
+        planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
+        device = self.plan.device.key
+        kept = [r for r in existing.records if r.device.key != device or (r.dtype, tuple(r.shape)) in planned]
+        fresh = []
+        for unit in kp.bench_units:
+            if unit.output.exists():
+                record = cache_io.read_record(unit.output)
+                if record.fingerprint == unit.fingerprint:
+                    fresh.append(record)
+        merged = cache_io.merge_records(kept, fresh)
+        cache_io.write_cache(merged, kp.cache_path)
+
+    def merge_needed(self, kp: KernelPlan) -> bool:
+        cached = cache_io.read_cache(kp.cache_path)
+        fingerprints = {r.fingerprint for r in cached.records}
+        planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
+        device = self.plan.device.key
+        extra = any(r.device.key == device and (r.dtype, tuple(r.shape)) not in planned for r in cached.records)
+        return extra or any(u.fingerprint not in fingerprints for u in kp.bench_units)
+
+    # -- generate --------------------------------------------------------------------------
+    def generate(self, kp: KernelPlan) -> None:
+        text = self._render(kp)
+        if not kp.generated_path.exists() or kp.generated_path.read_text() != text:
+            write_atomic(kp.generated_path, text)
+
+    def generate_needed(self, kp: KernelPlan) -> bool:
+        if not kp.generated_path.exists():
+            return True
+        return module_inputs_digest(kp.generated_path) != _header_digest(self._render(kp))
+
+    def _render(self, kp: KernelPlan) -> str:
+        cache = cache_io.read_cache(kp.cache_path)
+        return render_module(kp.spec.name, kp.spec.key, cache, self.plan.manifest.path.name)
+
+    # -- summary ---------------------------------------------------------------------------
+    def summary(self) -> str:
+        lines = []
+        if self.compile_status:
+            total = sum(self.compile_status.values())
+            invalid = {k: v for k, v in sorted(self.compile_status.items()) if k != "ok"}
+            by_reason = ", ".join(f"{k} {v}" for k, v in invalid.items()) or "none"
+            lines.append(f"compile: {total} compiled, {self.compile_status['ok']} valid, "
+                         f"{sum(invalid.values())} invalid ({by_reason}); {self.seconds['compile']:.1f}s of worker time")
+        if self.bench_status:
+            total = sum(self.bench_status.values())
+            failed = ", ".join(f"{k} {v}" for k, v in sorted(self.bench_status.items()) if k != "ok") or "none"
+            line = f"bench: {total} config measurements, {self.bench_status['ok']} ok, failed: {failed}"
+            if self.plan.device.backend == "cuda":
+                lookups = self.cache_hits + self.cache_misses
+                rate = 100.0 * self.cache_hits / lookups if lookups else 100.0
+                line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def _read_compile(unit: CompileUnit) -> CompileResult | None:
+    try:
+        data = json.loads(Path(unit.output).read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("fingerprint") != unit.fingerprint:
+        return None
+    fields = CompileResult.__dataclass_fields__
+    return CompileResult(**{k: v for k, v in data.items() if k in fields})
+
+
+def _header_digest(text: str) -> str | None:
+    for line in text.splitlines()[:5]:
+        if line.startswith("# inputs: "):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def eprint(message: str) -> None:
+    print(message, file=sys.__stderr__, flush=True)

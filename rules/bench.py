@@ -1,0 +1,24 @@
+"""bench: one task per (kernel, shape, dtype) on the local device, after its configs compiled."""
+from __future__ import annotations
+
+from typing import Iterator
+
+
+def tasks(session) -> Iterator[dict]:
+    staleness, device = session.staleness, session.plan.device
+    units = [(kp, u) for kp in session.plan.kernels for u in kp.bench_units]
+    session.start_stage("bench", sum(not staleness.bench_done(kp, u) for kp, u in units))
+    yield {"basename": "bench", "name": None,
+           "doc": f"benchmark each shape x dtype on the local device ({device.key}, {device.backend})"}
+    for kp, unit in units:
+        targets = kp.bench_targets(device)
+        compiles = [c.name for config in unit.configs for c in kp.compiles_for(config, targets)]
+        yield {
+            "basename": "bench",
+            "name": unit.name.partition(":")[2],
+            "doc": f"benchmark {unit.kernel} on {unit.dtype} {unit.shape}",
+            "actions": [(session.bench, (kp, unit))],
+            "task_dep": compiles,
+            "uptodate": [lambda kp=kp, unit=unit: staleness.bench_done(kp, unit)],
+            "verbosity": 0,
+        }

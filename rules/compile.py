@@ -1,0 +1,21 @@
+"""compile: one task per (kernel, config, target), run on the compile worker pool."""
+from __future__ import annotations
+
+from typing import Iterator
+
+
+def tasks(session) -> Iterator[dict]:
+    staleness = session.staleness
+    units = [(kp, u) for kp in session.plan.kernels for u in kp.compile_units]
+    session.start_stage("compile", sum(staleness.compile_needed(kp, u) for kp, u in units))
+    yield {"basename": "compile", "name": None,
+           "doc": "AOT-compile every candidate config for every GPU target (all CPU cores)"}
+    for kp, unit in units:
+        yield {
+            "basename": "compile",
+            "name": unit.name.partition(":")[2],
+            "doc": f"compile {unit.config.label()} for {unit.target}",
+            "actions": [(session.compile, (kp, unit))],
+            "uptodate": [lambda kp=kp, unit=unit: not staleness.compile_needed(kp, unit)],
+            "verbosity": 0,
+        }

@@ -1,0 +1,18 @@
+"""generate: render each kernel's cache into generated/<kernel>.py."""
+from __future__ import annotations
+
+from typing import Iterator
+
+
+def tasks(session) -> Iterator[dict]:
+    yield {"basename": "generate", "name": None, "doc": "write generated/<kernel>.py tables from the caches"}
+    for kp in session.plan.kernels:
+        yield {
+            "basename": "generate",
+            "name": kp.spec.name,
+            "doc": f"write {kp.generated_path.name} for {kp.spec.name}",
+            "actions": [(session.generate, (kp,))],
+            "task_dep": [f"merge:{kp.spec.name}"],
+            "uptodate": [lambda kp=kp: not session.generate_needed(kp)],
+            "verbosity": 0,
+        }

@@ -1,0 +1,163 @@
+"""End to end on the CPU: `doit tune` in a scratch project, through real cross-compiles for
+sm80/sm90 and the Triton interpreter, exactly as a user runs it (a subprocess per run)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+MANIFEST = """\
+version: 1
+defaults:
+  targets: [sm80, sm90]
+  bench: {warmup_ms: 1, rep_ms: 1}
+kernels:
+  vector_add:
+    kernel: kernels.vector_add:add_kernel
+    launch: kernels.vector_add:add
+    inputs: kernels.vector_add:make_inputs
+    reference: kernels.vector_add:reference
+    key: [n]
+    space:
+      BLOCK_SIZE: [128, 384, 1024]
+      num_warps: [4]
+    shapes:
+      - {n: 1000}
+      - {n: 3000}
+    dtypes: [float16, float32]
+  softmax:
+    kernel: kernels.softmax:softmax_kernel
+    launch: kernels.softmax:softmax
+    inputs: kernels.softmax:make_inputs
+    reference: kernels.softmax:reference
+    key: [M, N]
+    space:
+      BLOCK_N: [128, 256]
+      num_warps: [1, 2]
+    constraints: ["BLOCK_N == max(128, next_pow2(N))"]
+    shapes:
+      - {M: 4, N: 100}
+"""
+
+
+def tune(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter", "-n", "2", *args],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"doit tune failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def executed(proc: subprocess.CompletedProcess) -> list[str]:
+    """Task names doit ran (it prints '.  name' for a run task and '-- name' for an up-to-date one)."""
+    return [line[3:] for line in proc.stdout.splitlines() if line.startswith(".  ")]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    shutil.copytree(REPO / "kernels", root / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "tuning.yaml").write_text(MANIFEST)
+    return root
+
+
+@pytest.fixture(scope="module")
+def first_run(project: Path) -> subprocess.CompletedProcess:
+    return tune(project)
+
+
+def test_first_run_compiles_benches_merges_and_generates(project, first_run):
+    names = executed(first_run)
+    assert sum(n.startswith("compile:vector_add:") for n in names) == 6  # 3 configs x 2 targets
+    assert sum(n.startswith("bench:vector_add:interpreter:") for n in names) == 4  # 2 shapes x 2 dtypes
+    assert {"merge:vector_add", "generate:vector_add", "generate:softmax"} <= set(names)
+    assert (project / "generated" / "vector_add.tuning.txtpb").exists()
+    assert "[bench] 5/5 done" in first_run.stderr  # progress lines
+    assert "compile: 10 compiled, 8 valid, 2 invalid (compile_error 2)" in first_run.stderr
+
+
+def test_invalid_config_is_recorded_and_never_chosen(project, first_run):
+    from aot_tune.cache import config_from_proto, read_cache
+
+    cache = read_cache(project / "generated" / "vector_add.tuning.txtpb")
+    assert len(cache.records) == 4
+    for record in cache.records:
+        statuses = {config_from_proto(m.config)["BLOCK_SIZE"]: m.status for m in record.measurements}
+        assert statuses[384] == "invalid"  # tl.arange needs a power of two: a compile error
+        assert statuses[128] == statuses[1024] == "ok"
+        assert config_from_proto(record.best)["BLOCK_SIZE"] in (128, 1024)
+        assert all(m.median_ms > 0 for m in record.measurements if m.status == "ok")
+
+
+def test_generated_module_imports_without_torch_and_returns_configs(project, first_run):
+    code = textwrap.dedent("""
+        import sys
+        from generated import vector_add
+        exact = vector_add.lookup("interpreter", "float16", n=1000)
+        near = vector_add.lookup("interpreter", "float32", n=2900)
+        print(sorted(exact), near["BLOCK_SIZE"] in (128, 1024), "torch" in sys.modules, "triton" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": f"{project}:{REPO}"}, check=True).stdout
+    assert out.split() == ["['BLOCK_SIZE',", "'num_warps']", "True", "False", "False"]
+
+
+def test_generated_module_is_deterministic(project, first_run):
+    text = (project / "generated" / "vector_add.py").read_text()
+    assert "TABLES" in text and "'interpreter'" in text
+    assert "20" + "26-" not in text.split('"""', 1)[1]  # no timestamps in the body
+
+
+def test_second_run_executes_nothing(project, first_run):
+    start = time.monotonic()
+    proc = tune(project)
+    assert executed(proc) == []
+    assert time.monotonic() - start < 10  # no worker was started: a no-op is cheap
+
+
+def test_new_shape_benches_only_that_shape(project, first_run):
+    manifest = project / "tuning.yaml"
+    original = manifest.read_text()
+    manifest.write_text(original.replace("      - {M: 4, N: 100}", "      - {M: 4, N: 100}\n      - {M: 2, N: 120}"))
+    try:
+        names = executed(tune(project, "softmax"))
+    finally:
+        manifest.write_text(original)
+    assert [n for n in names if n.startswith("bench:")] == ["bench:softmax:interpreter:float16:2x120"]
+    assert not any("vector_add" in n for n in names)
+
+
+def test_bad_manifest_gives_one_line_and_nonzero_exit(tmp_path):
+    (tmp_path / "tuning.yaml").write_text("version: 1\nkernels:\n  k:\n    kernel: nope\n")
+    proc = tune(tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "tuning.yaml:" in proc.stderr
+
+
+def test_unknown_kernel_name_is_refused(project, first_run):
+    proc = tune(project, "nosuchkernel", check=False)
+    assert proc.returncode != 0
+    assert "nosuchkernel" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_concurrent_run_is_refused(project, first_run):
+    lock = project / ".aot_tune" / "run.lock"
+    with open(lock, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = tune(project, check=False)
+    assert proc.returncode != 0
+    assert "another doit tune is running" in proc.stderr
