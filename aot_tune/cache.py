@@ -1,8 +1,10 @@
 """Database: tuning records in one protobuf file per kernel, text or binary by extension.
 
-Text (``.txtpb``, ``.textproto``, ``.pbtxt``) is the default for checked-in caches: records are
-sorted and fields printed in schema order, so the file is byte-for-byte deterministic and a
-retune shows up as a reviewable diff. Anything else is binary protobuf.
+Binary (``.pb``, the default) because the up-to-date check reads every cache on each run and
+protobuf parses text in pure Python (seconds for a GEMM space on one GPU). Text (``.txtpb``,
+``.textproto``, ``.pbtxt``) is sorted and deterministic, for caches small enough to review.
+Either way the reviewable diff of a retune is the generated module. Merged caches keep each
+measurement's statistics; the raw samples stay in the per-task outputs under ``.aot_tune/``.
 """
 from __future__ import annotations
 
@@ -60,6 +62,15 @@ def sorted_cache(records: Iterable[TuningRecord]) -> TuningCache:
     cache = TuningCache(schema_version=SCHEMA_VERSION)
     cache.records.extend(sorted(records, key=record_identity))
     return cache
+
+
+def without_samples(record: TuningRecord) -> TuningRecord:
+    """A copy keeping the statistics of every measurement but not its raw samples."""
+    slim = TuningRecord()
+    slim.CopyFrom(record)
+    for measurement in slim.measurements:
+        measurement.ClearField("times_ms")
+    return slim
 
 
 def merge_records(existing: Iterable[TuningRecord], incoming: Iterable[TuningRecord]) -> TuningCache:

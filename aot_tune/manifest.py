@@ -19,7 +19,7 @@ Reference schema
       targets: [sm80, sm90]          # default [sm80, sm90]
       bench: {warmup_ms: 25, rep_ms: 100, l2_flush: true, l2_flush_bytes: null}
                                      # l2_flush_bytes null: the device's L2 size
-      cache: "generated/{kernel}.tuning.txtpb"   # default; {kernel} is the kernel's name
+      cache: "generated/{kernel}.tuning.pb"   # default; {kernel} is the kernel's name
       generated: "generated/{kernel}.py"          # default; must end in .py
     kernels:                         # mapping: name -> spec; name matches [a-z_][a-z0-9_]*
       gemm:
@@ -479,7 +479,7 @@ class _Defaults:
     dtypes: tuple[str, ...] = ("float16",)
     targets: tuple[str, ...] = ("sm80", "sm90")
     bench: BenchSettings = BenchSettings(warmup_ms=25.0, rep_ms=100.0, l2_flush=True, l2_flush_bytes=None)
-    cache: str = "generated/{kernel}.tuning.txtpb"
+    cache: str = "generated/{kernel}.tuning.pb"
     generated: str = "generated/{kernel}.py"
 
 

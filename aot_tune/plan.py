@@ -19,6 +19,7 @@ from .hardware import LocalDevice
 from .manifest import KernelSpec, Manifest
 from .space import Config
 from .triton_compat import PINNED_ENV, versions
+from .tuning_schema import TuningCache
 
 WORK_DIR = ".aot_tune"
 
@@ -129,31 +130,48 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
 
 
 class Staleness:
-    """Answers 'does this unit need to run', from durable outputs; reads each cache once."""
+    """Answers 'does this unit need to run' from durable outputs; parses each cache once per change."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self._cached_fingerprints: dict[Path, set[str]] = {}
+        self._caches: dict[Path, tuple[tuple[int, int], TuningCache, frozenset[str]]] = {}
 
-    def cache_fingerprints(self, kp: KernelPlan) -> set[str]:
-        if kp.cache_path not in self._cached_fingerprints:
+    def cache(self, kp: KernelPlan) -> TuningCache:
+        """The kernel's merged cache, re-read only when the file changed (it is read on every check)."""
+        try:
+            stat = kp.cache_path.stat()
+            version = (stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            version = (0, 0)
+        memo = self._caches.get(kp.cache_path)
+        if memo is None or memo[0] != version:
             cache = cache_io.read_cache(kp.cache_path)
-            self._cached_fingerprints[kp.cache_path] = {r.fingerprint for r in cache.records}
-        return self._cached_fingerprints[kp.cache_path]
+            memo = self._caches[kp.cache_path] = (version, cache, frozenset(r.fingerprint for r in cache.records))
+        return memo[1]
+
+    def cached_fingerprints(self, kp: KernelPlan) -> frozenset[str]:
+        self.cache(kp)
+        return self._caches[kp.cache_path][2]
 
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
-        if unit.fingerprint in self.cache_fingerprints(kp):
+        if unit.fingerprint in self.cached_fingerprints(kp):
             return True
         return unit.output.exists() and _record_fingerprint(unit.output) == unit.fingerprint
 
-    def compile_done(self, unit: CompileUnit) -> bool:
-        return compile_output_matches(unit)
-
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
         """A compile runs only when some stale bench needs its config and it has no result yet."""
-        if self.compile_done(unit):
+        if compile_output_matches(unit):
             return False
         return any(unit.config in b.configs and not self.bench_done(kp, b) for b in kp.bench_units)
+
+    def merge_needed(self, kp: KernelPlan) -> bool:
+        """Some planned result is missing from the cache, or it holds a local record no longer planned."""
+        records = self.cache(kp).records
+        fingerprints = self.cached_fingerprints(kp)
+        planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
+        device = self.plan.device.key
+        extra = any(r.device.key == device and (r.dtype, tuple(r.shape)) not in planned for r in records)
+        return extra or any(u.fingerprint not in fingerprints for u in kp.bench_units)
 
 
 def compile_output_matches(unit: CompileUnit) -> bool:

@@ -124,6 +124,7 @@ class TuneSession:
                 entry.median_ms = statistics.median(m.times_ms)
                 entry.min_ms, entry.mean_ms = min(m.times_ms), statistics.fmean(m.times_ms)
                 entry.stdev_ms = statistics.pstdev(m.times_ms)
+                entry.runs = len(m.times_ms)
         best = choose(measurements)
         if best is not None:
             cache_io.config_to_proto(best.config_id, configs[best.config_id].as_dict(), record.best)
@@ -132,7 +133,7 @@ class TuneSession:
     # -- merge -----------------------------------------------------------------------------
     def merge(self, kp: KernelPlan) -> None:
         """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
-        existing = cache_io.read_cache(kp.cache_path)
+        existing = self.staleness.cache(kp)
         planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
         device = self.plan.device.key
         kept = [r for r in existing.records if r.device.key != device or (r.dtype, tuple(r.shape)) in planned]
@@ -141,17 +142,9 @@ class TuneSession:
             if unit.output.exists():
                 record = cache_io.read_record(unit.output)
                 if record.fingerprint == unit.fingerprint:
-                    fresh.append(record)
+                    fresh.append(cache_io.without_samples(record))
         merged = cache_io.merge_records(kept, fresh)
         cache_io.write_cache(merged, kp.cache_path)
-
-    def merge_needed(self, kp: KernelPlan) -> bool:
-        cached = cache_io.read_cache(kp.cache_path)
-        fingerprints = {r.fingerprint for r in cached.records}
-        planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
-        device = self.plan.device.key
-        extra = any(r.device.key == device and (r.dtype, tuple(r.shape)) not in planned for r in cached.records)
-        return extra or any(u.fingerprint not in fingerprints for u in kp.bench_units)
 
     # -- generate --------------------------------------------------------------------------
     def generate(self, kp: KernelPlan) -> None:
@@ -165,8 +158,7 @@ class TuneSession:
         return module_inputs_digest(kp.generated_path) != _header_digest(self._render(kp))
 
     def _render(self, kp: KernelPlan) -> str:
-        cache = cache_io.read_cache(kp.cache_path)
-        return render_module(kp.spec.name, kp.spec.key, cache, self.plan.manifest.path.name)
+        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self) -> str:

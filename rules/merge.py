@@ -13,6 +13,6 @@ def tasks(session) -> Iterator[dict]:
             "doc": f"merge {kp.spec.name} results into {kp.cache_path.name}",
             "actions": [(session.merge, (kp,))],
             "task_dep": [u.name for u in kp.bench_units],
-            "uptodate": [lambda kp=kp: not session.merge_needed(kp)],
+            "uptodate": [lambda kp=kp: not session.staleness.merge_needed(kp)],
             "verbosity": 0,
         }

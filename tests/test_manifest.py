@@ -130,7 +130,7 @@ def test_defaults_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert g.dtypes == ("float16",)
     assert g.targets == ("sm80", "sm90")
     assert g.bench == BenchSettings(warmup_ms=10.0, rep_ms=100.0, l2_flush=True, l2_flush_bytes=None)
-    assert (g.cache, g.generated) == ("generated/gemm.tuning.txtpb", "generated/gemm.py")
+    assert (g.cache, g.generated) == ("generated/gemm.tuning.pb", "generated/gemm.py")
     # softmax overrides; bench merges key by key over defaults
     assert s.dtypes == ("float32", "bfloat16", "float16")
     assert s.targets == ("sm90", "sm100")
@@ -459,7 +459,7 @@ def test_l2_flush_must_be_bool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_output_paths_must_differ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = edit('    cache: "cache/{kernel}.txtpb"\n', '    cache: "generated/gemm.tuning.txtpb"\n')
+    text = edit('    cache: "cache/{kernel}.txtpb"\n', '    cache: "generated/gemm.tuning.pb"\n')
     err = fail(tmp_path, monkeypatch, text)
     assert_error(
         err, line_of(text, "    cache:"), "kernels.softmax.cache", "also the cache path of kernel 'gemm'", "{kernel}"

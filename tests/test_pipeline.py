@@ -84,7 +84,7 @@ def test_first_run_compiles_benches_merges_and_generates(project, first_run):
     assert sum(n.startswith("compile:vector_add:") for n in names) == 6  # 3 configs x 2 targets
     assert sum(n.startswith("bench:vector_add:interpreter:") for n in names) == 4  # 2 shapes x 2 dtypes
     assert {"merge:vector_add", "generate:vector_add", "generate:softmax"} <= set(names)
-    assert (project / "generated" / "vector_add.tuning.txtpb").exists()
+    assert (project / "generated" / "vector_add.tuning.pb").exists()
     assert "[bench] 5/5 done" in first_run.stderr  # progress lines
     assert "compile: 10 compiled, 8 valid, 2 invalid (compile_error 2)" in first_run.stderr
 
@@ -92,7 +92,7 @@ def test_first_run_compiles_benches_merges_and_generates(project, first_run):
 def test_invalid_config_is_recorded_and_never_chosen(project, first_run):
     from aot_tune.cache import config_from_proto, read_cache
 
-    cache = read_cache(project / "generated" / "vector_add.tuning.txtpb")
+    cache = read_cache(project / "generated" / "vector_add.tuning.pb")
     assert len(cache.records) == 4
     for record in cache.records:
         statuses = {config_from_proto(m.config)["BLOCK_SIZE"]: m.status for m in record.measurements}
