@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+import tunerun
+from tunerun import REPO, executed, make_project
 
 MANIFEST = """\
 version: 1
@@ -49,34 +48,18 @@ kernels:
 """
 
 
-def tune(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter", "-n", "2", *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=600,
-    )
-    if check and proc.returncode != 0:
-        pytest.fail(f"doit tune failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def executed(proc: subprocess.CompletedProcess) -> list[str]:
-    """Task names doit ran (it prints '.  name' for a run task and '-- name' for an up-to-date one)."""
-    return [line[3:] for line in proc.stdout.splitlines() if line.startswith(".  ")]
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("project")
-    shutil.copytree(REPO / "kernels", root / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "tuning.yaml").write_text(MANIFEST)
-    return root
+    return make_project(tmp_path_factory.mktemp("project"), MANIFEST)
 
 
 @pytest.fixture(scope="module")
 def first_run(project: Path) -> subprocess.CompletedProcess:
     return tune(project)
+
+
+def tune(project: Path, *args: str, check: bool = True):
+    return tunerun.tune(project, "-n", "2", *args, check=check)
 
 
 def test_first_run_compiles_benches_merges_and_generates(project, first_run):

@@ -1,0 +1,98 @@
+"""On a CUDA GPU: `doit tune` measures for real, the bench stage reuses every AOT compile, and
+kernels launch with the tuned configs. Run with `python -m pytest -m gpu` on a GPU machine."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from tunerun import REPO, make_project, tune
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                       reason="needs a CUDA GPU"),
+]
+
+MANIFEST = """\
+version: 1
+defaults:
+  targets: [sm80, sm90]
+  bench: {warmup_ms: 2, rep_ms: 5}
+kernels:
+  vector_add:
+    kernel: kernels.vector_add:add_kernel
+    launch: kernels.vector_add:add
+    inputs: kernels.vector_add:make_inputs
+    reference: kernels.vector_add:reference
+    key: [n]
+    space:
+      BLOCK_SIZE: [256, 1024, 4096]
+      num_warps: [4, 8]
+    shapes: [{n: 100000}, {n: 1048576}]
+  gemm:
+    kernel: kernels.gemm:matmul_kernel
+    launch: kernels.gemm:matmul
+    inputs: kernels.gemm:make_inputs
+    reference: kernels.gemm:reference
+    key: [M, N, K]
+    space:
+      BLOCK_M: [64, 128, 256]
+      BLOCK_N: [64, 256]
+      BLOCK_K: [64, 256]
+      GROUP_M: [8]
+      num_stages: [4]
+      num_warps: [4, 8]
+    shapes: [{M: 512, N: 512, K: 512}, {M: 1000, N: 520, K: 264}]
+"""
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    project = make_project(tmp_path_factory.mktemp("gpu-project"), MANIFEST)
+    return project, tune(project, backend="cuda")
+
+
+def test_bench_stage_hits_every_aot_compile(tuned):
+    _, proc = tuned
+    rate = re.search(r"Triton cache hit rate (\d+)% \((\d+)/(\d+)\)", proc.stderr)
+    assert rate, proc.stderr
+    assert rate.group(1) == "100" and int(rate.group(3)) > 0
+
+
+def test_oversized_configs_are_invalid_before_gpu_time(tuned):
+    _, proc = tuned
+    # BLOCK 256x256x256 with 4 stages needs far more than sm80/sm90's shared memory per block.
+    assert "shared_memory" in proc.stderr
+
+
+def test_tuned_tables_launch_correctly_on_this_gpu(tuned):
+    project, _ = tuned
+    code = textwrap.dedent("""
+        import torch, warnings
+        warnings.simplefilter("error")  # every launch below must find an exact tuned entry
+        from kernels import gemm, vector_add
+        from generated import gemm as table
+        from aot_tune.runtime import current_device_key
+        assert current_device_key() in table.TABLES, table.TABLES.keys()
+        for M, N, K in [(512, 512, 512), (1000, 520, 264)]:
+            a, b = gemm.make_inputs({"M": M, "N": N, "K": K}, torch.float16, "cuda")
+            out, ref = gemm.matmul(a, b), gemm.reference(a, b)
+            assert (out.float() - ref.float()).norm() / ref.float().norm() < 1e-2
+        x, y = vector_add.make_inputs({"n": 100000}, torch.float16, "cuda")
+        assert torch.equal(vector_add.add(x, y), vector_add.reference(x, y))
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": f"{project}:{REPO}"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_second_run_executes_nothing(tuned):
+    project, _ = tuned
+    proc = tune(project, backend="cuda")
+    assert not [line for line in proc.stdout.splitlines() if line.startswith(".  ")]
