@@ -21,6 +21,17 @@ INVALID_REASONS = (
 )
 
 
+def cost_estimate(params: dict) -> float:
+    """A rough relative compile cost, to start the slowest compiles first (longest-first keeps a
+    pool's tail short). Big tiles, deep pipelines and few warps compile slowest; only the order
+    of compiles depends on this, never a result."""
+    cost = 1.0
+    for name, value in params.items():
+        if isinstance(value, int) and not isinstance(value, bool) and name not in ("num_warps", "num_ctas", "maxnreg"):
+            cost *= max(value, 1)
+    return cost / max(params.get("num_warps", 4), 1)
+
+
 @dataclass(frozen=True)
 class CompileRequest:
     """Everything a worker needs; plain data so it pickles into a spawned process."""

@@ -13,6 +13,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     payload = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
@@ -21,3 +22,13 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The existing file's mode, else what a plain open() would give (mkstemp always uses 0600)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -44,7 +45,7 @@ class SourceIndex:
 
     def closure(self, refs: Iterable[str], with_lines: bool = False) -> str:
         """Hash of the source of ``module:attr`` references and all they reach at module level."""
-        pending = [tuple(ref.split(":", 1)) for ref in refs]
+        pending = [self._checked(ref) for ref in refs]
         seen: dict[tuple[str, str], str] = {}
         while pending:
             module_name, name = pending.pop()
@@ -55,10 +56,7 @@ class SourceIndex:
                 if module is not None and name in module.imports:
                     pending.append(module.imports[name])
                     continue
-                if not seen and module is None:
-                    raise TuneError(f"cannot find module '{module_name}' under {self.root}; "
-                                    f"fix: check the module path in the manifest")
-                seen[(module_name, name)] = ""  # outside the project: tracked by the toolchain
+                seen[(module_name, name)] = ""  # not Python source we can read: tracked by the toolchain
                 continue
             node = module.definitions[name]
             seen[(module_name, name)] = _segment(module.source, node, with_lines)
@@ -69,18 +67,33 @@ class SourceIndex:
                     pending.append(module.imports[referenced])
         return digest(sorted(seen.items()))
 
+    def _checked(self, ref: str) -> tuple[str, str]:
+        """A manifest reference must name a top-level definition of a module we can read."""
+        module_name, _, name = ref.partition(":")
+        module = self._module(module_name)
+        if module is None:
+            raise TuneError(f"cannot find module '{module_name}' (from '{ref}') under {self.root} or sys.path; "
+                            f"fix: check the module path in the manifest")
+        if name not in module.definitions and name not in module.imports:
+            raise TuneError(f"{module.path} has no top-level '{name}' (from '{ref}'); "
+                            f"fix: name a function defined in that module")
+        return module_name, name
+
     def _module(self, module_name: str) -> _Module | None:
         if module_name not in self._modules:
             self._modules[module_name] = self._parse(module_name)
         return self._modules[module_name]
 
     def _parse(self, module_name: str) -> _Module | None:
-        base = self.root.joinpath(*module_name.split("."))
-        for path in (base.with_suffix(".py"), base / "__init__.py"):
-            if path.is_file():
-                source = path.read_text()
-                tree = ast.parse(source, filename=str(path))
-                return _Module(path, source, *_index(tree, module_name))
+        """Find the module's source under the root, then on sys.path, without importing anything."""
+        parts = module_name.split(".")
+        for folder in (self.root, *(Path(p) for p in sys.path if p)):
+            base = folder.joinpath(*parts)
+            for path in (base.with_suffix(".py"), base / "__init__.py"):
+                if path.is_file():
+                    source = path.read_text()
+                    tree = ast.parse(source, filename=str(path))
+                    return _Module(path, source, *_index(tree, module_name))
         return None
 
 

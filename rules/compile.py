@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from aot_tune.compile import cost_estimate
+
 
 def tasks(session) -> Iterator[dict]:
     staleness = session.staleness
     units = [(kp, u) for kp in session.plan.kernels for u in kp.compile_units]
+    units.sort(key=lambda item: -cost_estimate(item[1].config.as_dict()))  # doit dispatches in this order
     session.start_stage("compile", sum(staleness.compile_needed(kp, u) for kp, u in units))
     yield {"basename": "compile", "name": None,
            "doc": "AOT-compile every candidate config for every GPU target (all CPU cores)"}

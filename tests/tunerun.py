@@ -20,7 +20,7 @@ def make_project(root: Path, manifest: str) -> Path:
 
 
 def tune(project: Path, *args: str, backend: str = "interpreter", check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run(
         [sys.executable, "-m", "doit", "tune", "--bench-backend", backend, *args],
