@@ -77,10 +77,12 @@ def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
         request.root, (request.kernel_ref, request.launch_ref, request.inputs_ref)
     )
     arch = triton_compat.parse_target(request.target)
+    limit = triton_compat.shared_memory_limit(arch)
     counter = triton_compat.CacheHitCounter()
     start = time.perf_counter()
     try:
         with counter.installed(), triton_compat.target_driver(arch), \
+                triton_compat.stop_when_shared_memory_exceeds(arch, limit), \
                 triton_compat.compile_instead_of_launch(kernel_fn) as captured:
             for shape in request.shapes:
                 for dtype in request.dtypes:
@@ -90,13 +92,15 @@ def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
         reason = triton_compat.compile_error_kind(exc)
         result.status = reason or "launch_error"
         result.message = _one_line(exc) if reason else _short_traceback(exc)
+        if isinstance(exc, triton_compat.SharedMemoryExceeded):
+            result.shared_bytes = exc.shared
+            result.message = f"needs {exc.shared} bytes of shared memory, {request.target} allows {limit}"
     result.seconds = time.perf_counter() - start
     result.cache_hits, result.cache_misses = counter.hits, counter.misses
     if result.status == "ok":
         result.specializations = sorted({c.hash for c in captured})
         result.shared_bytes = max((c.shared for c in captured), default=0)
-        limit = triton_compat.shared_memory_limit(arch)
-        if result.shared_bytes > limit:
+        if result.shared_bytes > limit:  # a pipeline without an llir stage is checked here
             result.status = "shared_memory"
             result.message = f"needs {result.shared_bytes} bytes of shared memory, {request.target} allows {limit}"
     return result
