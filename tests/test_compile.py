@@ -1,10 +1,13 @@
-"""The compile stage on the CPU: real cross-compiles for sm80/sm90 through Triton's launch path."""
+"""The compile stage on the CPU: real cross-compiles for sm80/sm90 through Triton's launch path,
+in a compile worker process as in a run (this test process may have the interpreter switched on)."""
 from __future__ import annotations
 
 import pytest
 from tunerun import REPO
 
-from aot_tune.compile import CompileRequest, compile_config, cost_estimate
+from aot_tune.compile import CompileRequest, CompileResult, cost_estimate
+from aot_tune.executors import Executors
+from aot_tune.hardware import INTERPRETER_DEVICE
 
 pytest.importorskip("triton")
 
@@ -19,13 +22,21 @@ def gemm_request(config: dict, shapes: tuple[dict, ...], target: str = "sm90") -
 SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
 
 
-@pytest.fixture(autouse=True)
-def private_triton_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+@pytest.fixture(scope="module")
+def executors(tmp_path_factory):
+    pool = Executors(INTERPRETER_DEVICE, tmp_path_factory.mktemp("triton-cache"), compile_jobs=1)
+    yield pool
+    pool.close()
 
 
-def test_one_compile_per_distinct_specialization():
+@pytest.fixture
+def compile_config(executors):
+    def compile_one(request: CompileRequest, config_id: str) -> CompileResult:
+        return executors.compile(request, config_id)
+    return compile_one
+
+
+def test_one_compile_per_distinct_specialization(compile_config):
     aligned = {"M": 64, "N": 64, "K": 64}
     also_aligned = {"M": 128, "N": 64, "K": 96}   # every size and stride divisible by 16: same specialization
     unaligned = {"M": 33, "N": 65, "K": 47}       # not divisible by 16: another one
@@ -35,20 +46,20 @@ def test_one_compile_per_distinct_specialization():
     assert 0 < result.shared_bytes <= 232448 and result.seconds > 0
 
 
-def test_shared_memory_over_the_target_limit_is_invalid():
+def test_shared_memory_over_the_target_limit_is_invalid(compile_config):
     huge = {**SMALL, "BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 4}
     result = compile_config(gemm_request(huge, ({"M": 512, "N": 512, "K": 512},), "sm80"), "huge")
     assert result.status == "shared_memory"
     assert result.shared_bytes > 166912 and "sm80 allows 166912" in result.message
 
 
-def test_a_kernel_compile_error_is_a_typed_result():
+def test_a_kernel_compile_error_is_a_typed_result(compile_config):
     # tl.arange needs a power-of-two range: Triton refuses BLOCK_K=48 at compile time.
     result = compile_config(gemm_request({**SMALL, "BLOCK_K": 48}, ({"M": 64, "N": 64, "K": 64},)), "bad")
     assert result.status == "compile_error" and result.message
 
 
-def test_an_unknown_parameter_is_a_launch_error_naming_it():
+def test_an_unknown_parameter_is_a_launch_error_naming_it(compile_config):
     result = compile_config(gemm_request({**SMALL, "BLOCK_Q": 8}, ({"M": 64, "N": 64, "K": 64},)), "typo")
     assert result.status == "launch_error" and "BLOCK_Q" in result.message
 
