@@ -52,13 +52,18 @@ def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifes
     )
 
 
+def header_digest(text: str) -> str | None:
+    """The ``# inputs:`` digest in a generated module's header, or None if absent."""
+    for line in text.splitlines()[:5]:
+        if line.startswith("# inputs: "):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def module_inputs_digest(path: Path) -> str | None:
-    """The ``# inputs:`` digest in a generated module's header, or None if absent/unreadable."""
+    """The header digest of a generated module file, or None if absent/unreadable."""
     try:
         with open(path) as handle:
-            for _, line in zip(range(5), handle):
-                if line.startswith("# inputs: "):
-                    return line.split(":", 1)[1].strip()
+            return header_digest("".join(line for _, line in zip(range(5), handle)))
     except OSError:
         return None
-    return None

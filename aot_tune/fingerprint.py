@@ -4,7 +4,9 @@ torch or triton so that a no-op ``doit tune`` stays fast.
 A kernel's source fingerprint covers the kernel function, its launch function, and everything
 they reference at module level (other ``@triton.jit`` helpers, constants, functions imported from
 other modules under the project root), followed transitively. Editing one kernel therefore does
-not invalidate another kernel that lives in the same file.
+not invalidate another kernel that lives in the same file. Imports are followed only inside the
+project: the standard library and installed packages are covered by the toolchain versions, and
+aot_tune itself (the runtime table lookup) never changes what a config measures.
 """
 from __future__ import annotations
 
@@ -68,9 +70,12 @@ class SourceIndex:
         return digest(sorted(seen.items()))
 
     def _checked(self, ref: str) -> tuple[str, str]:
-        """A manifest reference must name a top-level definition of a module we can read."""
+        """A manifest reference must name a top-level definition of a module we can read; it may
+        live in an installed package (found on sys.path, never imported)."""
         module_name, _, name = ref.partition(":")
-        module = self._module(module_name)
+        if module_name not in self._modules:
+            self._modules[module_name] = self._parse(module_name, (self.root, *(Path(p) for p in sys.path if p)))
+        module = self._modules[module_name]
         if module is None:
             raise TuneError(f"cannot find module '{module_name}' (from '{ref}') under {self.root} or sys.path; "
                             f"fix: check the module path in the manifest")
@@ -80,14 +85,16 @@ class SourceIndex:
         return module_name, name
 
     def _module(self, module_name: str) -> _Module | None:
+        """A module followed from an import: project modules only, aot_tune excluded."""
         if module_name not in self._modules:
-            self._modules[module_name] = self._parse(module_name)
+            tool = module_name == "aot_tune" or module_name.startswith("aot_tune.")
+            self._modules[module_name] = None if tool else self._parse(module_name, (self.root,))
         return self._modules[module_name]
 
-    def _parse(self, module_name: str) -> _Module | None:
-        """Find the module's source under the root, then on sys.path, without importing anything."""
+    def _parse(self, module_name: str, folders: tuple[Path, ...]) -> _Module | None:
+        """Find the module's source in the folders, without importing anything."""
         parts = module_name.split(".")
-        for folder in (self.root, *(Path(p) for p in sys.path if p)):
+        for folder in folders:
             base = folder.joinpath(*parts)
             for path in (base.with_suffix(".py"), base / "__init__.py"):
                 if path.is_file():

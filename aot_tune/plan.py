@@ -96,10 +96,32 @@ class Plan:
         return {**versions(), **PINNED_ENV}
 
 
+@dataclass(frozen=True)
+class MeasuredOn:
+    """The device and toolchain a measurement's fingerprint names (a record stores them too)."""
+
+    key: str
+    name: str
+    compute_capability: str
+    backend: str
+    triton: str
+    torch: str
+
+
+def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
+    """Everything that decides one (kernel, shape, dtype) result on one device."""
+    toolchain = {"triton": on.triton, "torch": on.torch, **PINNED_ENV}
+    return digest("bench", RECORD_FORMAT, code, spec.space.canonical(), spec.key, shape, dtype,
+                  asdict(spec.bench), toolchain, on.key, on.name, on.compute_capability, on.backend,
+                  spec.reference, spec.inputs)
+
+
 def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpec, ...]) -> Plan:
     """Expand the manifest into units; pure apart from reading kernel sources."""
     plan = Plan(manifest, device, [])
     sources = SourceIndex(manifest.root)
+    measured_on = MeasuredOn(device.key, device.name, device.compute_capability, device.backend,
+                             plan.toolchain["triton"], plan.toolchain["torch"])
     work = manifest.root / WORK_DIR
     for spec in kernels:
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
@@ -119,9 +141,7 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
                 kp.compile_units.append(CompileUnit(spec.name, config, target, used_by, fp, out))
         for shape in shapes:
             for dtype in spec.dtypes:
-                fp = digest("bench", RECORD_FORMAT, code, spec.space.canonical(), spec.key, shape, dtype,
-                            asdict(spec.bench), plan.toolchain, device.key, device.name,
-                            device.compute_capability, device.backend, spec.reference, spec.inputs)
+                fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
                 out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
                 kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
                                                 configs_per_shape[shape], fp, out))

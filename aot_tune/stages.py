@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import cache as cache_io
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
-from .codegen import module_inputs_digest, render_module
+from .codegen import header_digest, module_inputs_digest, render_module
 from .compile import CompileRequest, CompileResult
 from .executors import Executors
 from .fileio import write_atomic
@@ -155,7 +155,7 @@ class TuneSession:
     def generate_needed(self, kp: KernelPlan) -> bool:
         if not kp.generated_path.exists():
             return True
-        return module_inputs_digest(kp.generated_path) != _header_digest(self._render(kp))
+        return module_inputs_digest(kp.generated_path) != header_digest(self._render(kp))
 
     def _render(self, kp: KernelPlan) -> str:
         return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)
@@ -190,13 +190,6 @@ def _read_compile(unit: CompileUnit) -> CompileResult | None:
         return None
     fields = CompileResult.__dataclass_fields__
     return CompileResult(**{k: v for k, v in data.items() if k in fields})
-
-
-def _header_digest(text: str) -> str | None:
-    for line in text.splitlines()[:5]:
-        if line.startswith("# inputs: "):
-            return line.split(":", 1)[1].strip()
-    return None
 
 
 def eprint(message: str) -> None:

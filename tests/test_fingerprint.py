@@ -161,3 +161,15 @@ def test_digest_is_short_stable_and_order_sensitive() -> None:
     assert digest("a", 1, {"y": 2, "x": 1}) == digest("a", 1, {"x": 1, "y": 2})
     assert len(digest("a")) == 20
     assert digest("a", "b") != digest("b", "a")
+
+
+def test_imports_are_followed_only_inside_the_project(tmp_path) -> None:
+    """The standard library and aot_tune's runtime are the toolchain's business, not the kernel's:
+    following them would make a Python upgrade or a runtime edit retune every kernel."""
+    write_package(tmp_path, KERNELS.replace("SCALE = 2", "from typing import Any\n"
+                                            "from aot_tune.runtime import TunedTable\n\nSCALE = 2")
+                  .replace("def a_kernel(", "def a_kernel(q: Any = TunedTable, *, "))
+    index = SourceIndex(tmp_path)
+    index.closure(["pkg.kernels:a_kernel"])
+    followed = {name for name, module in index._modules.items() if module is not None}
+    assert followed == {"pkg.kernels", "pkg.common"}

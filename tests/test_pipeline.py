@@ -144,3 +144,60 @@ def test_concurrent_run_is_refused(project, first_run):
         proc = tune(project, check=False)
     assert proc.returncode != 0
     assert "another doit tune is running" in proc.stderr
+
+
+def test_killed_run_keeps_every_file_parseable_and_resumes(tmp_path):
+    """SIGKILL the whole run once some shapes are benched; the next run redoes only the rest."""
+    import signal
+
+    from aot_tune.cache import read_cache, read_record
+
+    project = make_project(tmp_path, MANIFEST.replace("      - {n: 3000}\n", "".join(
+        f"      - {{n: {n}}}\n" for n in (3000, 5000, 7000, 9000, 11000, 13000))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.pop("TRITON_INTERPRET", None)
+    run = subprocess.Popen([sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter", "-n", "2"],
+                           cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    bench_dir = project / ".aot_tune" / "bench"
+    deadline = time.monotonic() + 300
+    while len(list(bench_dir.rglob("*.pb"))) < 2 and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    finished = sorted(p.name for p in bench_dir.rglob("*.pb"))
+    assert len(finished) >= 2, "the run ended before it could be killed mid-way"
+    for path in bench_dir.rglob("*.pb"):
+        read_record(path)  # every durable output parses: written atomically or not at all
+    for cache in (project / "generated").glob("*.pb") if (project / "generated").exists() else ():
+        read_cache(cache)
+    names = executed(tune(project))
+    rerun = {n.rsplit(":", 2)[-2] + "-" + n.rsplit(":", 1)[-1] + ".pb" for n in names if n.startswith("bench:")}
+    assert not rerun & set(finished), "finished shapes were benchmarked again"
+    assert (project / "generated" / "vector_add.py").exists()
+
+
+def doit_check(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "doit", "check", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_passes_in_sync_and_names_the_edited_kernel(project, first_run):
+    in_sync = doit_check(project)
+    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
+    assert "all tables are in sync" in in_sync.stdout
+    kernel_file = project / "kernels" / "softmax.py"
+    original = kernel_file.read_text()
+    kernel_file.write_text(original.replace("tl.max(", "tl.max(  ", 1))  # a change inside the kernel body
+    try:
+        stale = doit_check(project)
+        assert stale.returncode == 1
+        assert "stale: softmax on interpreter" in stale.stdout
+        assert "vector_add on interpreter" not in stale.stdout.replace("vector_add      interpreter", "")
+        names = executed(tune(project))
+        assert names and all(":softmax" in n or n.startswith(("bench:softmax", "compile:softmax")) for n in names)
+    finally:
+        kernel_file.write_text(original)
+        tune(project)
+    assert doit_check(project).returncode == 0

@@ -7,7 +7,6 @@ config is lost. It imports torch and triton once and caches the inputs of the cu
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from multiprocessing.connection import Connection
 
@@ -68,12 +67,14 @@ def _open_device(backend: str, device_index: int):
     import torch
     import triton
 
-    from ..devices import INTERPRETER, device_key
+    from ..devices import device_key
+    from ..hardware import INTERPRETER_DEVICE
 
     versions = dict(torch=torch.__version__, triton=triton.__version__)
-    if backend == "interpreter":
-        name = f"Triton interpreter on {platform.machine()} CPU"
-        return DeviceInfo(INTERPRETER, name, "cpu", backend, **versions), "cpu", None
+    if backend == "interpreter":  # named as the plan names it, so fingerprints can be recomputed
+        info = DeviceInfo(INTERPRETER_DEVICE.key, INTERPRETER_DEVICE.name, INTERPRETER_DEVICE.compute_capability,
+                          backend, **versions)
+        return info, "cpu", None
     torch.cuda.set_device(device_index)
     props = torch.cuda.get_device_properties(device_index)
     l2_bytes = int(getattr(props, "L2_cache_size", 0)) or 50 * 2**20

@@ -1,0 +1,116 @@
+"""``doit check``: is every checked-in table in sync with the sources, the manifest and the
+toolchain? For CI machines without a GPU, like a lockfile check.
+
+For each kernel and each device that has records in its cache, every (shape, dtype) the
+manifest asks of that device (``interpreter_shapes`` for the interpreter) is classified:
+
+* tuned: a record whose fingerprint, recomputed from the current kernel source and manifest
+  with the device and toolchain the record names, matches;
+* stale: a record exists but its fingerprint differs (source, space, bench settings or shape
+  inputs changed; or, with ``toolchain="installed"``, the installed triton/torch differ);
+* missing: no record.
+
+A generated module whose header digest differs from its cache is out of date as well.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import cache as cache_io
+from .codegen import header_digest, module_inputs_digest, render_module
+from .fingerprint import SourceIndex
+from .manifest import KernelSpec, Manifest
+from .plan import MeasuredOn, bench_fingerprint, shape_label
+from .triton_compat import versions
+
+TOOLCHAIN_MODES = ("recorded", "installed")
+
+
+@dataclass
+class Coverage:
+    kernel: str
+    device: str
+    tuned: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.stale and not self.missing
+
+
+@dataclass
+class CheckReport:
+    coverage: list[Coverage]
+    outdated_modules: list[str]
+    untuned_kernels: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.coverage) and not self.outdated_modules and not self.untuned_kernels
+
+    def render(self) -> str:
+        lines = [f"{'kernel':<16}{'device':<16}{'tuned':>7}{'stale':>7}{'missing':>9}"]
+        for c in self.coverage:
+            lines.append(f"{c.kernel:<16}{c.device:<16}{len(c.tuned):>7}{len(c.stale):>7}{len(c.missing):>9}")
+        for c in self.coverage:
+            for what, entries in (("stale", c.stale), ("missing", c.missing)):
+                for entry in entries:
+                    lines.append(f"{what}: {c.kernel} on {c.device}: {entry}")
+        for kernel in self.untuned_kernels:
+            lines.append(f"missing: {kernel} has no tuned table on any device")
+        for path in self.outdated_modules:
+            lines.append(f"stale: {path} does not match its cache")
+        stale = sorted({c.kernel for c in self.coverage if not c.ok} | set(self.untuned_kernels)
+                       | {p.split("/")[-1].removesuffix(".py") for p in self.outdated_modules})
+        if stale:
+            lines.append(f"out of date: {', '.join(stale)}; fix: run `doit tune {' '.join(stale)}` on each "
+                         f"device listed, and commit generated/")
+        else:
+            lines.append("all tables are in sync with the sources, the manifest and the toolchain")
+        return "\n".join(lines)
+
+
+def check(manifest: Manifest, toolchain: str = "recorded") -> CheckReport:
+    if toolchain not in TOOLCHAIN_MODES:
+        raise ValueError(f"toolchain must be one of {TOOLCHAIN_MODES}")
+    installed = versions()
+    sources = SourceIndex(manifest.root)
+    report = CheckReport([], [], [])
+    for spec in manifest.kernels:
+        code = sources.closure([spec.kernel, spec.launch])
+        cache = cache_io.read_cache(manifest.root / spec.cache)
+        devices = sorted({r.device.key for r in cache.records})
+        if not devices:
+            report.untuned_kernels.append(spec.name)
+        for device in devices:
+            records = [r for r in cache.records if r.device.key == device]
+            report.coverage.append(_device_coverage(spec, code, records, toolchain, installed))
+        generated = manifest.root / spec.generated
+        expected = header_digest(render_module(spec.name, spec.key, cache, manifest.path.name))
+        if devices and module_inputs_digest(generated) != expected:
+            report.outdated_modules.append(spec.generated)
+    return report
+
+
+def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str, installed: dict) -> Coverage:
+    first = records[0].device
+    coverage = Coverage(spec.name, first.key)
+    shapes = spec.interpreter_shapes if first.backend == "interpreter" else spec.shapes
+    by_key = {(r.dtype, tuple(r.shape)): r for r in records}
+    for shape in shapes:
+        for dtype in spec.dtypes:
+            label = f"{dtype} {shape_label(shape)}"
+            record = by_key.get((dtype, tuple(shape)))
+            if record is None:
+                coverage.missing.append(label)
+                continue
+            versions_used = installed if toolchain == "installed" else \
+                {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
+            on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
+                            record.device.backend, versions_used["triton"], versions_used["torch"])
+            if bench_fingerprint(spec, code, shape, dtype, on) == record.fingerprint:
+                coverage.tuned.append(label)
+            else:
+                coverage.stale.append(label)
+    return coverage
