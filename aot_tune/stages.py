@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import cache as cache_io
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
-from .codegen import header_digest, module_inputs_digest, render_module
+from .codegen import render_module
 from .compile import CompileRequest, CompileResult
 from .executors import Executors
 from .fileio import write_atomic
@@ -108,9 +108,13 @@ class TuneSession:
         record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
                               dtype=unit.dtype, fingerprint=unit.fingerprint, bench_seconds=round(elapsed, 3),
                               measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        record.device.key, record.device.name = info.key, info.name
-        record.device.compute_capability, record.device.backend = info.compute_capability, info.backend
-        record.toolchain.triton, record.toolchain.torch = info.triton, info.torch
+        # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
+        # these); the worker adds what only it can read. The plan reads versions from package
+        # metadata, which may drop a local tag that torch.__version__ has (2.11.0 vs 2.11.0+cu130).
+        device = self.plan.device
+        record.device.key, record.device.name = device.key, device.name
+        record.device.compute_capability, record.device.backend = device.compute_capability, device.backend
+        record.toolchain.triton, record.toolchain.torch = self.plan.toolchain["triton"], self.plan.toolchain["torch"]
         record.toolchain.cuda, record.toolchain.driver = info.cuda, info.driver
         bench = spec.bench
         record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
@@ -153,9 +157,10 @@ class TuneSession:
             write_atomic(kp.generated_path, text)
 
     def generate_needed(self, kp: KernelPlan) -> bool:
-        if not kp.generated_path.exists():
+        try:
+            return kp.generated_path.read_text() != self._render(kp)
+        except FileNotFoundError:
             return True
-        return module_inputs_digest(kp.generated_path) != header_digest(self._render(kp))
 
     def _render(self, kp: KernelPlan) -> str:
         return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)

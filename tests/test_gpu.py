@@ -92,7 +92,11 @@ def test_tuned_tables_launch_correctly_on_this_gpu(tuned):
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
-def test_second_run_executes_nothing(tuned):
+def test_second_run_executes_nothing_and_check_passes(tuned):
     project, _ = tuned
     proc = tune(project, backend="cuda")
     assert not [line for line in proc.stdout.splitlines() if line.startswith(".  ")]
+    check = subprocess.run([sys.executable, "-m", "doit", "check"], cwd=project, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                               filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    assert check.returncode == 0, check.stdout + check.stderr

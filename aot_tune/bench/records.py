@@ -48,6 +48,4 @@ class DeviceInfo:
     backend: str
     driver: str = ""
     cuda: str = ""
-    torch: str = ""
-    triton: str = ""
     l2_bytes: int = 0

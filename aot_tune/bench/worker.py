@@ -65,22 +65,20 @@ def _flush_buffer(nbytes: int, device: str, buffers: dict):
 
 def _open_device(backend: str, device_index: int):
     import torch
-    import triton
 
     from ..devices import device_key
     from ..hardware import INTERPRETER_DEVICE
 
-    versions = dict(torch=torch.__version__, triton=triton.__version__)
-    if backend == "interpreter":  # named as the plan names it, so fingerprints can be recomputed
+    if backend == "interpreter":
         info = DeviceInfo(INTERPRETER_DEVICE.key, INTERPRETER_DEVICE.name, INTERPRETER_DEVICE.compute_capability,
-                          backend, **versions)
+                          backend)
         return info, "cpu", None
     torch.cuda.set_device(device_index)
     props = torch.cuda.get_device_properties(device_index)
     l2_bytes = int(getattr(props, "L2_cache_size", 0)) or 50 * 2**20
     info = DeviceInfo(
         key=device_key(props.name), name=props.name, compute_capability=f"{props.major}.{props.minor}",
-        backend=backend, driver=_driver_version(), cuda=str(torch.version.cuda), l2_bytes=l2_bytes, **versions,
+        backend=backend, driver=_driver_version(), cuda=str(torch.version.cuda), l2_bytes=l2_bytes,
     )
     # Twice the L2 so nothing of the previous run survives the flush.
     l2_buffer = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=f"cuda:{device_index}")
