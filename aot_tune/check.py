@@ -6,8 +6,9 @@ manifest asks of that device (``interpreter_shapes`` for the interpreter) is cla
 
 * tuned: a record whose fingerprint, recomputed from the current kernel source and manifest
   with the device and toolchain the record names, matches;
-* stale: a record exists but its fingerprint differs (source, space, bench settings or shape
-  inputs changed; or, with ``toolchain="installed"``, the installed triton/torch differ);
+* stale: a record exists but its fingerprint differs (source, bench settings or shape inputs
+  changed; or, with ``toolchain="installed"``, the installed triton/torch differ), or it did
+  not measure exactly the configs the space now holds for that shape;
 * missing: no record.
 
 A generated module whose header digest differs from its cache is out of date as well.
@@ -109,8 +110,11 @@ def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str,
                 {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
             on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
                             record.device.backend, versions_used["triton"], versions_used["torch"])
-            if bench_fingerprint(spec, code, shape, dtype, on) == record.fingerprint:
-                coverage.tuned.append(label)
+            planned = {c.id for c in spec.space.configs_for(spec.shape_dict(shape))}
+            if bench_fingerprint(spec, code, shape, dtype, on) != record.fingerprint:
+                coverage.stale.append(f"{label} (kernel source, manifest or toolchain changed)")
+            elif {m.config.id for m in record.measurements} != planned:
+                coverage.stale.append(f"{label} (config space changed)")
             else:
-                coverage.stale.append(label)
+                coverage.tuned.append(label)
     return coverage

@@ -19,7 +19,7 @@ from .hardware import LocalDevice
 from .manifest import KernelSpec, Manifest
 from .space import Config
 from .triton_compat import PINNED_ENV, versions
-from .tuning_schema import TuningCache
+from .tuning_schema import TuningCache, TuningRecord
 
 WORK_DIR = ".aot_tune"
 
@@ -109,9 +109,11 @@ class MeasuredOn:
 
 
 def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
-    """Everything that decides one (kernel, shape, dtype) result on one device."""
+    """Everything that decides each config's measurement for one (kernel, shape, dtype) on one
+    device. The config space is not part of it: a record lists the configs it measured (by
+    stable id), so adding a config measures only that config and removing one only re-picks."""
     toolchain = {"triton": on.triton, "torch": on.torch, **PINNED_ENV}
-    return digest("bench", RECORD_FORMAT, code, spec.space.canonical(), spec.key, shape, dtype,
+    return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
                   asdict(spec.bench), toolchain, on.key, on.name, on.compute_capability, on.backend,
                   spec.reference, spec.inputs)
 
@@ -150,48 +152,70 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
 
 
 class Staleness:
-    """Answers 'does this unit need to run' from durable outputs; parses each cache once per change."""
+    """Answers 'does this unit need to run' from durable outputs; parses each file once per change."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self._caches: dict[Path, tuple[tuple[int, int], TuningCache, frozenset[str]]] = {}
+        self._caches: dict[Path, tuple[tuple[int, int], TuningCache, dict[str, TuningRecord]]] = {}
+        self._outputs: dict[Path, tuple[tuple[int, int], TuningRecord | None]] = {}
 
     def cache(self, kp: KernelPlan) -> TuningCache:
         """The kernel's merged cache, re-read only when the file changed (it is read on every check)."""
-        try:
-            stat = kp.cache_path.stat()
-            version = (stat.st_mtime_ns, stat.st_size)
-        except FileNotFoundError:
-            version = (0, 0)
+        return self._cache_entry(kp)[1]
+
+    def _cache_entry(self, kp: KernelPlan):
+        version = _file_version(kp.cache_path)
         memo = self._caches.get(kp.cache_path)
         if memo is None or memo[0] != version:
             cache = cache_io.read_cache(kp.cache_path)
-            memo = self._caches[kp.cache_path] = (version, cache, frozenset(r.fingerprint for r in cache.records))
-        return memo[1]
+            memo = self._caches[kp.cache_path] = (version, cache, {r.fingerprint: r for r in cache.records})
+        return memo
 
-    def cached_fingerprints(self, kp: KernelPlan) -> frozenset[str]:
-        self.cache(kp)
-        return self._caches[kp.cache_path][2]
+    def previous_record(self, kp: KernelPlan, unit: BenchUnit) -> TuningRecord | None:
+        """The latest record measured under this unit's fingerprint: its own output (with raw
+        samples), else the merged cache's."""
+        version = _file_version(unit.output)
+        memo = self._outputs.get(unit.output)
+        if memo is None or memo[0] != version:
+            memo = self._outputs[unit.output] = (version, _read_record(unit.output) if version != (0, 0) else None)
+        if memo[1] is not None and memo[1].fingerprint == unit.fingerprint:
+            return memo[1]
+        return self._cache_entry(kp)[2].get(unit.fingerprint)
+
+    def configs_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> list[Config]:
+        record = self.previous_record(kp, unit)
+        measured = {m.config.id for m in record.measurements} if record is not None else set()
+        return [c for c in unit.configs if c.id not in measured]
 
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
-        if unit.fingerprint in self.cached_fingerprints(kp):
-            return True
-        return unit.output.exists() and _record_fingerprint(unit.output) == unit.fingerprint
+        """Done when a record under this fingerprint covers exactly the planned configs."""
+        return _covers(self.previous_record(kp, unit), unit)
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
-        """A compile runs only when some stale bench needs its config and it has no result yet."""
+        """A compile runs only when some bench still has to measure its config and it has no result yet."""
         if compile_output_matches(unit):
             return False
-        return any(unit.config in b.configs and not self.bench_done(kp, b) for b in kp.bench_units)
+        return any(unit.config in self.configs_to_measure(kp, b) for b in kp.bench_units)
 
     def merge_needed(self, kp: KernelPlan) -> bool:
-        """Some planned result is missing from the cache, or it holds a local record no longer planned."""
-        records = self.cache(kp).records
-        fingerprints = self.cached_fingerprints(kp)
+        """Some planned result is not in the cache as planned, or it holds a local record no longer planned."""
+        _, cache, by_fingerprint = self._cache_entry(kp)
         planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
         device = self.plan.device.key
-        extra = any(r.device.key == device and (r.dtype, tuple(r.shape)) not in planned for r in records)
-        return extra or any(u.fingerprint not in fingerprints for u in kp.bench_units)
+        extra = any(r.device.key == device and (r.dtype, tuple(r.shape)) not in planned for r in cache.records)
+        return extra or any(not _covers(by_fingerprint.get(u.fingerprint), u) for u in kp.bench_units)
+
+
+def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
+    return record is not None and {m.config.id for m in record.measurements} == {c.id for c in unit.configs}
+
+
+def _file_version(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def compile_output_matches(unit: CompileUnit) -> bool:
@@ -201,8 +225,8 @@ def compile_output_matches(unit: CompileUnit) -> bool:
         return False
 
 
-def _record_fingerprint(path: Path) -> str:
+def _read_record(path: Path) -> TuningRecord | None:
     try:
-        return cache_io.read_record(path).fingerprint
+        return cache_io.read_record(path)
     except Exception:  # a torn or foreign file is simply not a finished result
-        return ""
+        return None

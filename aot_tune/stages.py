@@ -24,7 +24,8 @@ from .fileio import write_atomic
 from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness
 from .progress import Progress
 from .select import choose
-from .tuning_schema import TuningRecord
+from .space import Config
+from .tuning_schema import Measurement, TuningRecord
 
 BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
 
@@ -63,13 +64,16 @@ class TuneSession:
 
     # -- bench -----------------------------------------------------------------------------
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> None:
-        spec, device = kp.spec, self.plan.device
-        invalid = self._invalid_configs(kp, unit)
+        """Measure the configs this shape has no measurement of yet; keep the others; re-pick."""
+        spec = kp.spec
+        previous = self.staleness.previous_record(kp, unit)
+        to_measure = self.staleness.configs_to_measure(kp, unit)
+        invalid = self._invalid_configs(kp, to_measure)
         start = time.perf_counter()
         measurements: list[ConfigMeasurement] = []
         with self.executors.devices.lease() as lease:
             info = lease.info
-            for config in unit.configs:
+            for config in to_measure:
                 if config.id in invalid:
                     measurements.append(ConfigMeasurement(config.id, "invalid", invalid[config.id]))
                     continue
@@ -79,22 +83,22 @@ class TuneSession:
                     shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
                     config_id=config.id, config=config.params, settings=spec.bench,
                 )
-                measurements.append(lease.measure(request, BENCH_TIMEOUT_S[device.backend]))
+                measurements.append(lease.measure(request, BENCH_TIMEOUT_S[self.plan.device.backend]))
             self.cache_hits += lease.cache_hits
             self.cache_misses += lease.cache_misses
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
         self.bench_status.update(m.status for m in measurements)
-        record = self._record(kp, unit, info, measurements, elapsed)
+        record = self._record(kp, unit, info, previous, measurements, elapsed)
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
         best = record.best.id if record.HasField("best") else "none passed"
         self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {best}")
 
-    def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit) -> dict[str, str]:
+    def _invalid_configs(self, kp: KernelPlan, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
         targets = kp.bench_targets(self.plan.device)
         invalid = {}
-        for config in unit.configs:
+        for config in configs:
             results = [_read_compile(c) for c in kp.compiles_for(config, targets)]
             known = [r for r in results if r is not None]
             if known and not any(r.valid for r in known):
@@ -102,7 +106,7 @@ class TuneSession:
                 invalid[config.id] = f"{first.status}: {first.message}".strip(": ")
         return invalid
 
-    def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo,
+    def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo, previous: TuningRecord | None,
                 measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
         spec = kp.spec
         record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
@@ -119,19 +123,21 @@ class TuneSession:
         bench = spec.bench
         record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
         record.bench.l2_flush, record.bench.l2_flush_bytes = bench.l2_flush, bench.l2_flush_bytes or 0
-        configs = {c.id: c for c in unit.configs}
-        for m in sorted(measurements, key=lambda m: m.config_id):
-            entry = record.measurements.add(status=m.status, reason=m.message, error_norm=m.error_norm)
-            cache_io.config_to_proto(m.config_id, configs[m.config_id].as_dict(), entry.config)
+        planned = {c.id: c for c in unit.configs}
+        entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
+        for m in measurements:
+            entry = entries[m.config_id] = Measurement(status=m.status, reason=m.message, error_norm=m.error_norm)
+            cache_io.config_to_proto(m.config_id, planned[m.config_id].as_dict(), entry.config)
             if m.times_ms:
                 entry.times_ms.extend(m.times_ms)
                 entry.median_ms = statistics.median(m.times_ms)
                 entry.min_ms, entry.mean_ms = min(m.times_ms), statistics.fmean(m.times_ms)
                 entry.stdev_ms = statistics.pstdev(m.times_ms)
                 entry.runs = len(m.times_ms)
-        best = choose(measurements)
+        record.measurements.extend(entries[config_id] for config_id in sorted(entries))
+        best = choose(record.measurements)
         if best is not None:
-            cache_io.config_to_proto(best.config_id, configs[best.config_id].as_dict(), record.best)
+            record.best.CopyFrom(best.config)
         return record
 
     # -- merge -----------------------------------------------------------------------------

@@ -201,3 +201,20 @@ def test_check_passes_in_sync_and_names_the_edited_kernel(project, first_run):
         kernel_file.write_text(original)
         tune(project)
     assert doit_check(project).returncode == 0
+
+
+def test_adding_a_config_compiles_and_measures_only_that_config(project, first_run):
+    manifest = project / "tuning.yaml"
+    original = manifest.read_text()
+    manifest.write_text(original.replace("BLOCK_SIZE: [128, 384, 1024]", "BLOCK_SIZE: [128, 384, 1024, 2048]"))
+    try:
+        added = tune(project, "vector_add")
+        compiles = [n for n in executed(added) if n.startswith("compile:")]
+        assert len(compiles) == 2  # the new config, for sm80 and sm90
+        assert "bench: 4 config measurements" in added.stderr  # one per shape x dtype, nothing re-measured
+    finally:
+        manifest.write_text(original)
+    removed = tune(project, "vector_add")  # back to three configs: re-pick only, no measurement
+    assert not any(n.startswith("compile:") for n in executed(removed))
+    assert "config measurements" not in removed.stderr
+    assert doit_check(project).returncode == 0
