@@ -94,6 +94,21 @@ def check(manifest: Manifest, toolchain: str = "recorded") -> CheckReport:
     return report
 
 
+def record_problem(spec: KernelSpec, code: str, record, versions_used: dict | None = None) -> str:
+    """Why a record no longer answers for the current sources and manifest ('' if it does).
+    The device and toolchain are the record's own unless ``versions_used`` overrides triton/torch."""
+    versions_used = versions_used or {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
+    on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
+                    record.device.backend, versions_used["triton"], versions_used["torch"])
+    shape = tuple(record.shape)
+    if bench_fingerprint(spec, code, shape, record.dtype, on) != record.fingerprint:
+        return "kernel source, manifest or toolchain changed"
+    planned = {c.id for c in spec.space.configs_for(spec.shape_dict(shape))}
+    if {m.config.id for m in record.measurements} != planned:
+        return "config space changed"
+    return ""
+
+
 def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str, installed: dict) -> Coverage:
     first = records[0].device
     coverage = Coverage(spec.name, first.key)
@@ -106,15 +121,9 @@ def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str,
             if record is None:
                 coverage.missing.append(label)
                 continue
-            versions_used = installed if toolchain == "installed" else \
-                {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
-            on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
-                            record.device.backend, versions_used["triton"], versions_used["torch"])
-            planned = {c.id for c in spec.space.configs_for(spec.shape_dict(shape))}
-            if bench_fingerprint(spec, code, shape, dtype, on) != record.fingerprint:
-                coverage.stale.append(f"{label} (kernel source, manifest or toolchain changed)")
-            elif {m.config.id for m in record.measurements} != planned:
-                coverage.stale.append(f"{label} (config space changed)")
+            problem = record_problem(spec, code, record, installed if toolchain == "installed" else None)
+            if problem:
+                coverage.stale.append(f"{label} ({problem})")
             else:
                 coverage.tuned.append(label)
     return coverage

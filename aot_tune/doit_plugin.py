@@ -149,6 +149,34 @@ class CheckCommand(Command):
         return 0 if report.ok else 1
 
 
+class MergeCachesCommand(Command):
+    """Merge tuning caches from other machines into this project's caches and generated modules."""
+
+    name = "merge-caches"
+    doc_purpose = "merge caches from other machines/GPUs into this project's caches"
+    doc_usage = "PATH [PATH ...]"
+    doc_description = ("Each PATH is a *.tuning.pb/.txtpb file or a folder holding them (e.g. another\n"
+                       "checkout's generated/). Same fingerprint: the newer record wins; different\n"
+                       "fingerprints: the one current for this checkout wins, else the newer.\n"
+                       "Regenerates the affected generated/<kernel>.py with a table per device.")
+    cmd_options = (opt_manifest,)
+
+    def execute(self, params, args):
+        from .manifest import load_manifest
+        from .merge import cache_files, merge_into_project
+
+        if not args:
+            raise InvalidCommand("merge-caches needs at least one cache file or folder to merge")
+        manifest_path = Path(params["manifest"]).resolve()
+        try:
+            with _exclusive_run(manifest_path.parent / WORK_DIR):
+                summary = merge_into_project(load_manifest(manifest_path), cache_files(args))
+        except TuneError as err:
+            raise InvalidCommand(str(err)) from None
+        print(summary.render())
+        return 0
+
+
 class _exclusive_run:
     """One ``doit tune`` per tree at a time: a second one refuses instead of racing the first."""
 
