@@ -158,6 +158,7 @@ class Staleness:
         self.plan = plan
         self._caches: dict[Path, tuple[tuple[int, int], TuningCache, dict[str, TuningRecord]]] = {}
         self._outputs: dict[Path, tuple[tuple[int, int], TuningRecord | None]] = {}
+        self._to_measure: dict[Path, tuple[TuningRecord | None, list[Config]]] = {}
 
     def cache(self, kp: KernelPlan) -> TuningCache:
         """The kernel's merged cache, re-read only when the file changed (it is read on every check)."""
@@ -183,13 +184,19 @@ class Staleness:
         return self._cache_entry(kp)[2].get(unit.fingerprint)
 
     def configs_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> list[Config]:
+        """Planned configs the previous record has not measured (memoized: asked once per compile)."""
         record = self.previous_record(kp, unit)
-        measured = {m.config.id for m in record.measurements} if record is not None else set()
-        return [c for c in unit.configs if c.id not in measured]
+        memo = self._to_measure.get(unit.output)
+        if memo is None or memo[0] is not record:
+            measured = _measured_ids(record)
+            memo = self._to_measure[unit.output] = (record, [c for c in unit.configs if c.id not in measured])
+        return memo[1]
 
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
         """Done when a record under this fingerprint covers exactly the planned configs."""
-        return _covers(self.previous_record(kp, unit), unit)
+        record = self.previous_record(kp, unit)
+        return record is not None and not self.configs_to_measure(kp, unit) and \
+            len(_measured_ids(record)) == len(unit.configs)
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
         """A compile runs only when some bench still has to measure its config and it has no result yet."""
@@ -207,7 +214,11 @@ class Staleness:
 
 
 def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
-    return record is not None and {m.config.id for m in record.measurements} == {c.id for c in unit.configs}
+    return record is not None and _measured_ids(record) == {c.id for c in unit.configs}
+
+
+def _measured_ids(record: TuningRecord | None) -> frozenset[str]:
+    return frozenset(m.config.id for m in record.measurements) if record is not None else frozenset()
 
 
 def _file_version(path: Path) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import difflib
 import itertools
+import functools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -105,9 +106,9 @@ class Config:
         """Build a config from ``{param: value}`` (any order)."""
         return cls(tuple(sorted(d.items())))
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
-        """Stable short id: first 10 hex digits of sha256 over canonical JSON.
+        """Stable short id: first 10 hex digits of sha256 over canonical JSON (computed once).
 
         JSON with sorted keys and no whitespace is identical on every machine
         and Python version, so ids can be checked in and compared across runs.
