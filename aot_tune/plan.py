@@ -68,13 +68,18 @@ class KernelPlan:
     generated_path: Path
     compile_units: list[CompileUnit] = field(default_factory=list)
     bench_units: list[BenchUnit] = field(default_factory=list)
+    _compiles_by_config: dict[Config, list[CompileUnit]] | None = field(default=None, repr=False)
 
     def bench_targets(self, device: LocalDevice) -> tuple[str, ...]:
         """Targets whose compiles a bench on this device uses (validity, and the warm cache)."""
         return (device.target,) if device.target else self.spec.targets
 
     def compiles_for(self, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
-        return [u for u in self.compile_units if u.config == config and u.target in targets]
+        if self._compiles_by_config is None:  # every bench task asks, for hundreds of configs
+            self._compiles_by_config = {}
+            for unit in self.compile_units:
+                self._compiles_by_config.setdefault(unit.config, []).append(unit)
+        return [u for u in self._compiles_by_config.get(config, ()) if u.target in targets]
 
 
 @dataclass
