@@ -2,14 +2,13 @@
 kernels launch with the tuned configs. Run with `python -m pytest -m gpu` on a GPU machine."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from tunerun import REPO, make_project, tune
+from tunerun import doit, make_project, subprocess_env, tune
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -86,9 +85,8 @@ def test_tuned_tables_launch_correctly_on_this_gpu(tuned):
         assert torch.equal(vector_add.add(x, y), vector_add.reference(x, y))
         print("ok")
     """)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project), str(REPO), os.environ.get("PYTHONPATH")]))
-    out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                         env=subprocess_env(project))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
@@ -96,7 +94,5 @@ def test_second_run_executes_nothing_and_check_passes(tuned):
     project, _ = tuned
     proc = tune(project, backend="cuda")
     assert not [line for line in proc.stdout.splitlines() if line.startswith(".  ")]
-    check = subprocess.run([sys.executable, "-m", "doit", "check"], cwd=project, capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                               filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    check = doit(project, "check")
     assert check.returncode == 0, check.stdout + check.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tunerun
-from tunerun import REPO, executed, make_project
+from tunerun import doit, doit_command, executed, make_project, subprocess_env
 
 MANIFEST = """\
 version: 1
@@ -93,7 +93,7 @@ def test_generated_module_imports_without_torch_and_returns_configs(project, fir
         print(sorted(exact), near["BLOCK_SIZE"] in (128, 1024), "torch" in sys.modules, "triton" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": f"{project}:{REPO}"}, check=True).stdout
+                         env=subprocess_env(project), check=True).stdout
     assert out.split() == ["['BLOCK_SIZE',", "'num_warps']", "True", "False", "False"]
 
 
@@ -138,10 +138,8 @@ def test_unknown_kernel_name_is_refused(project, first_run):
 
 def test_two_concurrent_runs_one_refuses_the_other_finishes(tmp_path):
     project = make_project(tmp_path, MANIFEST)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    env.pop("TRITON_INTERPRET", None)
-    first = subprocess.Popen([sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter"],
-                             cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(doit_command("tune", "--bench-backend", "interpreter"), cwd=project,
+                             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = project / ".aot_tune" / "run.lock"
     deadline = time.monotonic() + 60
     while not (lock.exists() and lock.read_text().startswith("pid")) and time.monotonic() < deadline:
@@ -165,10 +163,8 @@ def test_killed_run_keeps_every_file_parseable_and_resumes(tmp_path, kill_at):
 
     project = make_project(tmp_path, MANIFEST.replace("      - {n: 3000}\n", "".join(
         f"      - {{n: {n}}}\n" for n in (3000, 5000, 7000, 9000, 11000, 13000))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    env.pop("TRITON_INTERPRET", None)
-    run = subprocess.Popen([sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter", "-n", "2"],
-                           cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    run = subprocess.Popen(doit_command("tune", "--bench-backend", "interpreter", "-n", "2"), cwd=project,
+                           env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     bench_dir = project / ".aot_tune" / "bench"
     if kill_at == "after-two-shapes":
@@ -194,9 +190,7 @@ def test_killed_run_keeps_every_file_parseable_and_resumes(tmp_path, kill_at):
 
 
 def doit_check(project: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "doit", "check", *args], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return doit(project, "check", *args)
 
 
 def test_check_passes_in_sync_and_names_the_edited_kernel(project, first_run):

@@ -19,13 +19,25 @@ def make_project(root: Path, manifest: str) -> Path:
     return root
 
 
+def subprocess_env(*first_on_path: Path) -> dict[str, str]:
+    """This environment with the given folders and the repo first on PYTHONPATH, and without the
+    interpreter switch the test session sets (subprocesses compile and launch for real)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*map(str, first_on_path), str(REPO), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def doit_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "doit", *args]
+
+
+def doit(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(doit_command(*args), cwd=project, env=subprocess_env(), capture_output=True, text=True,
+                          timeout=600)
+
+
 def tune(project: Path, *args: str, backend: str = "interpreter", check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "doit", "tune", "--bench-backend", backend, *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=600,
-    )
+    proc = doit(project, "tune", "--bench-backend", backend, *args)
     if check and proc.returncode != 0:
         pytest.fail(f"doit tune failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
