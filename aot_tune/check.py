@@ -21,7 +21,7 @@ from . import cache as cache_io
 from .codegen import header_digest, module_inputs_digest, render_module
 from .fingerprint import SourceIndex
 from .manifest import KernelSpec, Manifest
-from .plan import MeasuredOn, bench_fingerprint, shape_label
+from .plan import MeasuredOn, bench_fingerprint, measured_code, shape_label
 from .triton_compat import versions
 
 TOOLCHAIN_MODES = ("recorded", "installed")
@@ -79,7 +79,7 @@ def check(manifest: Manifest, toolchain: str = "recorded") -> CheckReport:
     sources = SourceIndex(manifest.root)
     report = CheckReport([], [], [])
     for spec in manifest.kernels:
-        code = sources.closure([spec.kernel, spec.launch])
+        code = measured_code(sources, spec)
         cache = cache_io.read_cache(manifest.root / spec.cache)
         devices = sorted({r.device.key for r in cache.records})
         if not devices:

@@ -22,6 +22,7 @@ from .errors import TuneError
 from .fileio import write_atomic
 from .fingerprint import SourceIndex
 from .manifest import Manifest
+from .plan import measured_code
 from .tuning_schema import TuningRecord
 
 
@@ -71,7 +72,7 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
                 summary.unknown_kernels.add(record.kernel)
     for kernel, records in sorted(incoming.items()):
         spec = specs[kernel]
-        code = sources.closure([spec.kernel, spec.launch])
+        code = measured_code(sources, spec)
         current = lambda r, spec=spec, code=code: not record_problem(spec, code, r)  # noqa: E731
         path = manifest.root / spec.cache
         ours = {cache_io.record_identity(r): r for r in cache_io.read_cache(path).records}

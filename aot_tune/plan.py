@@ -113,6 +113,12 @@ class MeasuredOn:
     torch: str
 
 
+def measured_code(sources: SourceIndex, spec: KernelSpec) -> str:
+    """Hash of the source that decides a measurement: the kernel and its launch function, and the
+    input builder and reference that decide what is measured and what counts as correct."""
+    return sources.closure([spec.kernel, spec.launch, spec.inputs, spec.reference])
+
+
 def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
     """Everything that decides each config's measurement for one (kernel, shape, dtype) on one
     device. The config space is not part of it: a record lists the configs it measured (by
@@ -132,8 +138,8 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
     work = manifest.root / WORK_DIR
     for spec in kernels:
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
-        code = sources.closure([spec.kernel, spec.launch])
-        compile_code = sources.closure([spec.kernel, spec.launch], with_lines=True)
+        code = measured_code(sources, spec)
+        compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
         shapes = spec.interpreter_shapes if device.backend == "interpreter" else spec.shapes
         configs_per_shape = {s: tuple(spec.space.configs_for(spec.shape_dict(s))) for s in shapes}
         targets = spec.targets

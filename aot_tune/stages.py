@@ -15,13 +15,15 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from doit.exceptions import TaskFailed
+
 from . import cache as cache_io
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .codegen import render_module
 from .compile import CompileRequest, CompileResult
 from .executors import Executors
 from .fileio import write_atomic
-from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness
+from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, shape_label
 from .progress import Progress
 from .select import choose
 from .space import Config
@@ -63,7 +65,7 @@ class TuneSession:
         self.progress["compile"].advance(f"{unit.kernel} {unit.target} {result.status}")
 
     # -- bench -----------------------------------------------------------------------------
-    def bench(self, kp: KernelPlan, unit: BenchUnit) -> None:
+    def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
         """Measure the configs this shape has no measurement of yet; keep the others; re-pick."""
         spec = kp.spec
         previous = self.staleness.previous_record(kp, unit)
@@ -90,9 +92,12 @@ class TuneSession:
         self.seconds["bench"] += elapsed
         self.bench_status.update(m.status for m in measurements)
         record = self._record(kp, unit, info, previous, measurements, elapsed)
+        if not record.HasField("best"):
+            # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            return TaskFailed(_no_config_passed(unit, record))
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
-        best = record.best.id if record.HasField("best") else "none passed"
-        self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {best}")
+        self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}")
 
     def _invalid_configs(self, kp: KernelPlan, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
@@ -201,6 +206,17 @@ def _read_compile(unit: CompileUnit) -> CompileResult | None:
         return None
     fields = CompileResult.__dataclass_fields__
     return CompileResult(**{k: v for k, v in data.items() if k in fields})
+
+
+def _no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:
+    reasons = Counter(m.status for m in record.measurements)
+    ran = [m for m in record.measurements if m.reason and m.status != "invalid"]  # the telling failures first
+    first = next(iter(ran or [m for m in record.measurements if m.reason]), None)
+    summary = ", ".join(f"{status} {count}" for status, count in sorted(reasons.items())) or "no configs"
+    example = f"; e.g. config {first.config.id}: {first.reason}" if first else ""
+    return (f"{unit.kernel} {unit.dtype} {shape_label(unit.shape)}: no config passed ({summary}){example}; "
+            f"fix: the kernel, its reference or input builder, or the config space; "
+            f"the generated table is left as it was")
 
 
 def eprint(message: str) -> None:

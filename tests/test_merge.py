@@ -12,7 +12,7 @@ from aot_tune.errors import TuneError
 from aot_tune.fingerprint import SourceIndex
 from aot_tune.manifest import load_manifest
 from aot_tune.merge import cache_files, merge_into_project
-from aot_tune.plan import MeasuredOn, bench_fingerprint
+from aot_tune.plan import MeasuredOn, bench_fingerprint, measured_code
 from aot_tune.tuning_schema import TuningRecord
 
 MANIFEST = """\
@@ -37,7 +37,7 @@ def manifest(tmp_path):
 
 def record(manifest, best_block: int, measured_at: str, current: bool = True, on: MeasuredOn = H100) -> TuningRecord:
     spec = manifest.kernel("vector_add")
-    code = SourceIndex(manifest.root).closure([spec.kernel, spec.launch])
+    code = measured_code(SourceIndex(manifest.root), spec)
     fingerprint = bench_fingerprint(spec, code, (4096,), "float16", on) if current else "0" * 20
     rec = TuningRecord(kernel="vector_add", key_names=["n"], shape=[4096], dtype="float16",
                        fingerprint=fingerprint, measured_at=measured_at)

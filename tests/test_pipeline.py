@@ -228,3 +228,20 @@ def test_adding_a_config_compiles_and_measures_only_that_config(project, first_r
     assert not any(n.startswith("compile:") for n in executed(removed))
     assert "config measurements" not in removed.stderr
     assert doit_check(project).returncode == 0
+
+
+def test_a_run_where_no_config_passes_fails_and_keeps_the_good_table(tmp_path):
+    project = make_project(tmp_path, MANIFEST)
+    tune(project, "vector_add")
+    module = project / "generated" / "vector_add.py"
+    good = module.read_text()
+    kernel_file = project / "kernels" / "vector_add.py"
+    kernel_file.write_text(kernel_file.read_text().replace("(x.float() + y.float())", "(x.float() - y.float())", 1))
+    failed = tune(project, "vector_add", check=False)
+    assert failed.returncode != 0
+    output = failed.stdout + failed.stderr
+    assert "vector_add float16 1000: no config passed (invalid 1, wrong_result 2)" in output
+    assert "relative error" in output
+    assert "Traceback" not in output
+    assert module.read_text() == good  # merge and generate never ran
+    assert doit_check(project).returncode == 1  # and the check says the table is stale

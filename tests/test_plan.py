@@ -48,3 +48,15 @@ def test_a_new_config_is_the_only_one_to_measure(monkeypatch):
                        unit.fingerprint, unit.output)
     assert staleness.configs_to_measure(kp, grown) == [extra]
     assert not staleness.bench_done(kp, grown)
+
+
+def test_a_new_triton_version_rebenches_everything_on_that_device(monkeypatch):
+    records = [r for r in read_cache(REPO / "generated" / "gemm.tuning.pb").records if r.device.key == "h200"]
+    if not records:
+        pytest.skip("no H200 table checked in")
+    manifest = load_manifest(REPO / "tuning.yaml")
+    device = LocalDevice("cuda", "h200", records[0].device.name, records[0].device.compute_capability, 1)
+    monkeypatch.setattr(plan_module, "versions", lambda: {"triton": "9.9.9", "torch": records[0].toolchain.torch})
+    plan = plan_module.build_plan(manifest, device, manifest.kernels)
+    staleness = plan_module.Staleness(plan)
+    assert all(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)

@@ -10,7 +10,7 @@ import os
 import sys
 from multiprocessing.connection import Connection
 
-from .records import BenchRequest, DeviceInfo
+from .records import BenchRequest, ConfigMeasurement, DeviceInfo
 
 
 def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str) -> None:
@@ -37,7 +37,13 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             key = (request.kernel, request.shape, request.dtype)
             if key not in workloads:
                 workloads.clear()  # one shape at a time keeps device memory flat
-                workloads[key] = Workload(request, device)
+                try:
+                    workloads[key] = Workload(request, device)
+                except Exception as exc:  # the input builder or reference failed: every config fails
+                    failed = ConfigMeasurement(request.config_id, "runtime_error",
+                                               f"input builder or reference failed: {type(exc).__name__}: {exc}"[:500])
+                    conn.send((failed, 0, 0))
+                    continue
             flush = l2_buffer
             if backend == "cuda" and request.settings.l2_flush_bytes:
                 flush = _flush_buffer(request.settings.l2_flush_bytes, device, flush_buffers)
