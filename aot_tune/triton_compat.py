@@ -164,12 +164,6 @@ def stop_when_shared_memory_exceeds(arch: int, limit: int) -> Iterator[None]:
         backend_type.add_stages = original
 
 
-def jit_function_type() -> type:
-    from triton.runtime.jit import JITFunction
-
-    return JITFunction
-
-
 def compile_error_kind(exc: BaseException) -> str | None:
     """Map a Triton exception to a typed failure reason, or None if it isn't a compile failure."""
     from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure
