@@ -23,6 +23,7 @@ class Progress:
     def advance(self, note: str = "") -> None:
         with self._lock:
             self.done += 1
+            self.total = max(self.total, self.done)  # a task the up-front count did not foresee
             now = time.monotonic()
             if self.done < self.total and now - self._last_print < MIN_INTERVAL_S:
                 return

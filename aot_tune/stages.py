@@ -45,8 +45,8 @@ class TuneSession:
         self.seconds: Counter[str] = Counter()
 
     def start_stage(self, stage: str, total: int) -> None:
-        if total:
-            self.progress[stage] = Progress(stage, total)
+        """Set the number of tasks the loader found stale; the count grows if more turn up."""
+        self.progress[stage] = Progress(stage, total)
 
     # -- compile ---------------------------------------------------------------------------
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
