@@ -245,3 +245,16 @@ def test_a_run_where_no_config_passes_fails_and_keeps_the_good_table(tmp_path):
     assert "Traceback" not in output
     assert module.read_text() == good  # merge and generate never ran
     assert doit_check(project).returncode == 1  # and the check says the table is stale
+
+
+def test_check_with_the_installed_toolchain_flags_other_versions(project, first_run):
+    """Records made with the installed triton/torch pass either way; the repo's H200 tables
+    (made with another triton than this machine's) would fail only the strict mode."""
+    assert doit_check(project, "--toolchain", "installed").returncode == 0
+    bogus = doit_check(project, "--toolchain", "newest")
+    assert bogus.returncode != 0 and "--toolchain must be one of" in bogus.stderr
+
+
+def test_process_parallelism_is_refused_with_a_reason(project, first_run):
+    proc = tune(project, "-P", "process", check=False)
+    assert proc.returncode != 0 and "-P process is not supported" in proc.stderr
