@@ -112,7 +112,7 @@ def record_problem(spec: KernelSpec, code: str, record, versions_used: dict | No
 def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str, installed: dict) -> Coverage:
     first = records[0].device
     coverage = Coverage(spec.name, first.key)
-    shapes = spec.interpreter_shapes if first.backend == "interpreter" else spec.shapes
+    shapes = spec.shapes_for(first.backend)
     by_key = {(r.dtype, tuple(r.shape)): r for r in records}
     for shape in shapes:
         for dtype in spec.dtypes:

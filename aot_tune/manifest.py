@@ -131,6 +131,10 @@ class KernelSpec:
     generated: str
     line: int
 
+    def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
+        """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
+        return self.interpreter_shapes if backend == "interpreter" else self.shapes
+
     def shape_dict(self, shape: Sequence[int]) -> dict[str, int]:
         """``(256, 512, 64)`` -> ``{"M": 256, "N": 512, "K": 64}`` in key order."""
         if len(shape) != len(self.key):

@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 
 from . import cache as cache_io
+from .compile import CompileResult
 from .fingerprint import RECORD_FORMAT, SourceIndex, digest
 from .hardware import LocalDevice
 from .manifest import KernelSpec, Manifest
@@ -69,10 +70,17 @@ class KernelPlan:
     compile_units: list[CompileUnit] = field(default_factory=list)
     bench_units: list[BenchUnit] = field(default_factory=list)
     _compiles_by_config: dict[Config, list[CompileUnit]] | None = field(default=None, repr=False)
+    _planned_keys: frozenset[tuple[str, tuple[int, ...]]] | None = field(default=None, repr=False)
 
     def bench_targets(self, device: LocalDevice) -> tuple[str, ...]:
         """Targets whose compiles a bench on this device uses (validity, and the warm cache)."""
         return (device.target,) if device.target else self.spec.targets
+
+    def unplanned_local(self, record: TuningRecord, device_key: str) -> bool:
+        """A record of this device for a (dtype, shape) the manifest no longer asks for."""
+        if self._planned_keys is None:
+            self._planned_keys = frozenset((u.dtype, tuple(u.shape)) for u in self.bench_units)
+        return record.device.key == device_key and (record.dtype, tuple(record.shape)) not in self._planned_keys
 
     def compiles_for(self, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
         if self._compiles_by_config is None:  # every bench task asks, for hundreds of configs
@@ -140,7 +148,7 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
         code = measured_code(sources, spec)
         compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
-        shapes = spec.interpreter_shapes if device.backend == "interpreter" else spec.shapes
+        shapes = spec.shapes_for(device.backend)
         configs_per_shape = {s: tuple(spec.space.configs_for(spec.shape_dict(s))) for s in shapes}
         targets = spec.targets
         if device.target and device.target not in targets:
@@ -211,17 +219,16 @@ class Staleness:
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
         """A compile runs only when some bench still has to measure its config and it has no result yet."""
-        if compile_output_matches(unit):
+        if read_compile_result(unit) is not None:
             return False
         return any(unit.config in self.configs_to_measure(kp, b) for b in kp.bench_units)
 
     def merge_needed(self, kp: KernelPlan) -> bool:
         """Some planned result is not in the cache as planned, or it holds a local record no longer planned."""
         _, cache, by_fingerprint = self._cache_entry(kp)
-        planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
         device = self.plan.device.key
-        extra = any(r.device.key == device and (r.dtype, tuple(r.shape)) not in planned for r in cache.records)
-        return extra or any(not _covers(by_fingerprint.get(u.fingerprint), u) for u in kp.bench_units)
+        return any(kp.unplanned_local(r, device) for r in cache.records) or \
+            any(not _covers(by_fingerprint.get(u.fingerprint), u) for u in kp.bench_units)
 
 
 def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
@@ -240,11 +247,16 @@ def _file_version(path: Path) -> tuple[int, int]:
     return (stat.st_mtime_ns, stat.st_size)
 
 
-def compile_output_matches(unit: CompileUnit) -> bool:
+def read_compile_result(unit: CompileUnit) -> CompileResult | None:
+    """The unit's compile result if its output was written under the current fingerprint."""
     try:
-        return json.loads(unit.output.read_text()).get("fingerprint") == unit.fingerprint
+        data = json.loads(unit.output.read_text())
     except (OSError, ValueError):
-        return False
+        return None
+    if data.get("fingerprint") != unit.fingerprint:
+        return None
+    fields = CompileResult.__dataclass_fields__
+    return CompileResult(**{k: v for k, v in data.items() if k in fields})
 
 
 def _read_record(path: Path) -> TuningRecord | None:

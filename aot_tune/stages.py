@@ -13,17 +13,16 @@ import time
 from collections import Counter
 from dataclasses import asdict
 from datetime import datetime, timezone
-from pathlib import Path
 
 from doit.exceptions import TaskFailed
 
 from . import cache as cache_io
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .codegen import render_module
-from .compile import CompileRequest, CompileResult
+from .compile import CompileRequest
 from .executors import Executors
 from .fileio import write_atomic
-from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, shape_label
+from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
 from .progress import Progress
 from .select import choose
 from .space import Config
@@ -104,7 +103,7 @@ class TuneSession:
         targets = kp.bench_targets(self.plan.device)
         invalid = {}
         for config in configs:
-            results = [_read_compile(c) for c in kp.compiles_for(config, targets)]
+            results = [read_compile_result(c) for c in kp.compiles_for(config, targets)]
             known = [r for r in results if r is not None]
             if known and not any(r.valid for r in known):
                 first = known[0]
@@ -149,9 +148,7 @@ class TuneSession:
     def merge(self, kp: KernelPlan) -> None:
         """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
         existing = self.staleness.cache(kp)
-        planned = {(u.dtype, tuple(u.shape)) for u in kp.bench_units}
-        device = self.plan.device.key
-        kept = [r for r in existing.records if r.device.key != device or (r.dtype, tuple(r.shape)) in planned]
+        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device.key)]
         fresh = []
         for unit in kp.bench_units:
             if unit.output.exists():
@@ -195,17 +192,6 @@ class TuneSession:
                 line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
             lines.append(line)
         return "\n".join(lines)
-
-
-def _read_compile(unit: CompileUnit) -> CompileResult | None:
-    try:
-        data = json.loads(Path(unit.output).read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("fingerprint") != unit.fingerprint:
-        return None
-    fields = CompileResult.__dataclass_fields__
-    return CompileResult(**{k: v for k, v in data.items() if k in fields})
 
 
 def _no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:

@@ -87,8 +87,8 @@ def _open_device(backend: str, device_index: int):
         backend=backend, driver=_driver_version(), cuda=str(torch.version.cuda), l2_bytes=l2_bytes,
     )
     # Twice the L2 so nothing of the previous run survives the flush.
-    l2_buffer = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=f"cuda:{device_index}")
-    return info, f"cuda:{device_index}", l2_buffer
+    device = f"cuda:{device_index}"
+    return info, device, _flush_buffer(2 * l2_bytes, device, {})
 
 
 def _driver_version() -> str:
