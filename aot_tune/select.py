@@ -1,15 +1,63 @@
-"""Choosing the config for a shape from its measurements."""
+"""Choosing the config for a shape from its measurements, without chasing noise.
+
+Two configs whose medians differ by less than the measurement can resolve are a tie: their 95%
+confidence intervals of the median overlap, after widening each by ``TIE_FLOOR`` (run-to-run
+drift that one run's samples cannot show). Among the configs tied with the fastest:
+
+1. the previous pick for this key, if it is one of them, stays (a retune on the same GPU does not
+   churn the checked-in table over noise);
+2. otherwise the lowest median wins, and equal medians go to the smaller config id.
+
+Failed configs are never chosen.
+"""
 from __future__ import annotations
 
-from typing import Iterable
+import math
+from typing import Iterable, Sequence
 
 from .tuning_schema import Measurement
 
+#: Relative widening of each interval; keeps a pick at most about this much slower than the fastest.
+TIE_FLOOR = 0.005
 
-def choose(measurements: Iterable[Measurement]) -> Measurement | None:
-    """The passing config with the lowest median time; equal medians go to the smaller config id,
-    so the pick is deterministic. Failed configs are never chosen; None if nothing passed."""
-    passing = [m for m in measurements if m.status == "ok" and m.runs > 0]
+
+def median_interval(times: Sequence[float]) -> tuple[float, float]:
+    """Distribution-free 95% confidence interval of the median: the order statistics at ranks
+    n/2 -/+ 0.98 sqrt(n). Fewer than 6 samples cannot bound it: the full range is returned."""
+    ordered = sorted(times)
+    n = len(ordered)
+    if n == 0:
+        return 0.0, 0.0
+    if n < 6:
+        return ordered[0], ordered[-1]
+    half = 0.98 * math.sqrt(n)
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half))
+    return ordered[low], ordered[high]
+
+
+def _interval(m: Measurement) -> tuple[float, float]:
+    low = m.median_ci_low_ms or m.median_ms
+    high = m.median_ci_high_ms or m.median_ms
+    return low * (1 - TIE_FLOOR), high * (1 + TIE_FLOOR)
+
+
+def tied_with_fastest(measurements: Iterable[Measurement]) -> list[Measurement]:
+    """The passing configs indistinguishable from the fastest one, fastest first."""
+    passing = sorted((m for m in measurements if m.status == "ok" and m.runs > 0),
+                     key=lambda m: (m.median_ms, m.config.id))
     if not passing:
+        return []
+    fastest_high = _interval(passing[0])[1]
+    return [m for m in passing if _interval(m)[0] <= fastest_high]
+
+
+def choose(measurements: Iterable[Measurement], previous_pick: str = "") -> Measurement | None:
+    """The pick by the rule above; None if nothing passed."""
+    ties = tied_with_fastest(measurements)
+    if not ties:
         return None
-    return min(passing, key=lambda m: (m.median_ms, m.config.id))
+    for m in ties:
+        if m.config.id == previous_pick:
+            return m
+    return ties[0]
