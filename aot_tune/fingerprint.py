@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from .errors import TuneError
 
 #: Bump when the meaning of a record changes, so every record is re-measured once.
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
 
 
 def digest(*parts: Any) -> str:

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from doit.exceptions import TaskFailed
 
 from . import cache as cache_io
+from .bench.nvml import ClockReading
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .codegen import render_module
 from .compile import CompileRequest
@@ -24,7 +25,7 @@ from .executors import Executors
 from .fileio import write_atomic
 from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
 from .progress import Progress
-from .select import choose
+from .select import choose, median_interval
 from .space import Config
 from .tuning_schema import Measurement, TuningRecord
 
@@ -130,19 +131,24 @@ class TuneSession:
         planned = {c.id: c for c in unit.configs}
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
         for m in measurements:
-            entry = entries[m.config_id] = Measurement(status=m.status, reason=m.message, error_norm=m.error_norm)
-            cache_io.config_to_proto(m.config_id, planned[m.config_id].as_dict(), entry.config)
-            if m.times_ms:
-                entry.times_ms.extend(m.times_ms)
-                entry.median_ms = statistics.median(m.times_ms)
-                entry.min_ms, entry.mean_ms = min(m.times_ms), statistics.fmean(m.times_ms)
-                entry.stdev_ms = statistics.pstdev(m.times_ms)
-                entry.runs = len(m.times_ms)
+            entries[m.config_id] = _measurement_proto(m, planned[m.config_id])
         record.measurements.extend(entries[config_id] for config_id in sorted(entries))
-        best = choose(record.measurements)
+        fresh = [m for m in measurements if m.method]
+        if fresh:
+            _clocks_to_proto(fresh[0].clocks_start, fresh[-1].clocks_end, record.clocks)
+        best = choose(record.measurements, self._previous_pick(kp, unit, previous))
         if best is not None:
             record.best.CopyFrom(best.config)
         return record
+
+    def _previous_pick(self, kp: KernelPlan, unit: BenchUnit, previous: TuningRecord | None) -> str:
+        """The config id this key's table holds now (from any earlier fingerprint): ties keep it."""
+        if previous is not None and previous.HasField("best"):
+            return previous.best.id
+        for record in self.staleness.cache(kp).records:
+            if (record.device.key, record.dtype, tuple(record.shape)) == (unit.device, unit.dtype, unit.shape):
+                return record.best.id
+        return ""
 
     # -- merge -----------------------------------------------------------------------------
     def merge(self, kp: KernelPlan) -> None:
@@ -192,6 +198,27 @@ class TuneSession:
                 line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
             lines.append(line)
         return "\n".join(lines)
+
+
+def _measurement_proto(m: ConfigMeasurement, config: Config) -> Measurement:
+    entry = Measurement(status=m.status, reason=m.message, error_norm=m.error_norm, method=m.method,
+                        launches_per_sample=m.launches_per_sample if m.method else 0, cold_l2=m.cold_l2)
+    cache_io.config_to_proto(m.config_id, config.as_dict(), entry.config)
+    if m.times_ms:
+        entry.times_ms.extend(m.times_ms)
+        entry.median_ms = statistics.median(m.times_ms)
+        entry.median_ci_low_ms, entry.median_ci_high_ms = median_interval(m.times_ms)
+        entry.min_ms, entry.mean_ms = min(m.times_ms), statistics.fmean(m.times_ms)
+        entry.stdev_ms = statistics.pstdev(m.times_ms)
+        entry.runs = len(m.times_ms)
+    if m.method:
+        _clocks_to_proto(m.clocks_start, m.clocks_end, entry.clocks)
+    return entry
+
+
+def _clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:
+    clocks.sm_mhz_start, clocks.sm_mhz_end = start.sm_mhz, end.sm_mhz
+    clocks.memory_mhz_start, clocks.memory_mhz_end = start.memory_mhz, end.memory_mhz
 
 
 def _no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:

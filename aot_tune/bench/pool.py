@@ -47,13 +47,16 @@ class DeviceLease:
             if not worker.conn.poll(timeout_s):
                 self._pool.discard(self.index)
                 return ConfigMeasurement(request.config_id, "timeout", f"no result within {timeout_s:.0f} s")
-            result, hits, misses = worker.conn.recv()
+            result, hits, misses, usable = worker.conn.recv()
         except (EOFError, OSError, BrokenPipeError):
+            worker.process.join(5)
             code = worker.process.exitcode
             self._pool.discard(self.index)
             return ConfigMeasurement(request.config_id, "crashed", f"device worker died (exit code {code})")
         self.cache_hits += hits
         self.cache_misses += misses
+        if not usable:  # the worker is exiting; the next config gets a fresh one
+            self._pool.discard(self.index)
         return result
 
 

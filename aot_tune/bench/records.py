@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..manifest import BenchSettings
+from .nvml import ClockReading
 
 #: Outcomes of one config on one shape; everything but "ok" is a typed failure and never chosen.
 MEASUREMENT_STATUSES = ("ok", "wrong_result", "runtime_error", "crashed", "timeout", "invalid")
@@ -27,11 +28,19 @@ class BenchRequest:
 
 @dataclass
 class ConfigMeasurement:
+    """One config's outcome on one (shape, dtype): its samples, how they were taken, and the clocks."""
+
     config_id: str
     status: str
     message: str = ""
     times_ms: list[float] = field(default_factory=list)
     error_norm: float = 0.0
+    method: str = ""               # "events", "graph" or "wall"
+    launches_per_sample: int = 1
+    cold_l2: bool = False
+    clocks_start: ClockReading = ClockReading()
+    clocks_end: ClockReading = ClockReading()
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # wall time of check, warmup, capture, timed
 
     @property
     def ok(self) -> bool:

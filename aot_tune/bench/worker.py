@@ -14,20 +14,24 @@ from .records import BenchRequest, ConfigMeasurement, DeviceInfo
 
 
 def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str) -> None:
-    """Process entry point: set the environment before torch/triton load, then serve requests."""
+    """Process entry point: set the environment before torch/triton load, then serve requests.
+
+    Each reply is ``(measurement, cache hits, cache misses, usable)``; after a sticky CUDA error
+    (illegal address, launch failure) the context is unusable, so the worker says so and exits,
+    and the pool starts a fresh one for the next config.
+    """
     os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
     if backend == "interpreter":
         os.environ["TRITON_INTERPRET"] = "1"
     from .. import triton_compat
 
     triton_compat.pin_environment()
-    from .measure import Workload, measure_config
+    from .measure import Workload, context_usable, measure_config
 
-    info, device, l2_buffer = _open_device(backend, device_index)
+    info, device, clocks = _open_device(backend, device_index)
     conn.send(info)
     counter = triton_compat.CacheHitCounter()
     workloads: dict[tuple, Workload] = {}
-    flush_buffers: dict[int, object] = {}
     with counter.installed() if backend == "cuda" else _nothing():
         while True:
             message = conn.recv()
@@ -42,14 +46,17 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                 except Exception as exc:  # the input builder or reference failed: every config fails
                     failed = ConfigMeasurement(request.config_id, "runtime_error",
                                                f"input builder or reference failed: {type(exc).__name__}: {exc}"[:500])
-                    conn.send((failed, 0, 0))
+                    conn.send((failed, 0, 0, True))
                     continue
-            flush = l2_buffer
-            if backend == "cuda" and request.settings.l2_flush_bytes:
-                flush = _flush_buffer(request.settings.l2_flush_bytes, device, flush_buffers)
             before = (counter.hits, counter.misses)
-            result = measure_config(request, workloads[key], backend, flush)
-            conn.send((result, counter.hits - before[0], counter.misses - before[1]))
+            result = measure_config(request, workloads[key], backend, info.l2_bytes, clocks)
+            usable = backend != "cuda" or result.ok or context_usable()
+            if not usable:
+                result.status = "crashed"
+                result.message = f"the CUDA context did not survive this config: {result.message}"[:500]
+            conn.send((result, counter.hits - before[0], counter.misses - before[1], usable))
+            if not usable:
+                return
 
 
 class _nothing:
@@ -60,20 +67,12 @@ class _nothing:
         return False
 
 
-def _flush_buffer(nbytes: int, device: str, buffers: dict):
-    """A flush buffer of the size the manifest asks for, allocated once per size."""
-    if nbytes not in buffers:
-        import torch
-
-        buffers[nbytes] = torch.empty(max(1, nbytes // 4), dtype=torch.int32, device=device)
-    return buffers[nbytes]
-
-
 def _open_device(backend: str, device_index: int):
     import torch
 
     from ..devices import device_key
     from ..hardware import INTERPRETER_DEVICE
+    from .nvml import GpuClocks
 
     if backend == "interpreter":
         info = DeviceInfo(INTERPRETER_DEVICE.key, INTERPRETER_DEVICE.name, INTERPRETER_DEVICE.compute_capability,
@@ -81,25 +80,13 @@ def _open_device(backend: str, device_index: int):
         return info, "cpu", None
     torch.cuda.set_device(device_index)
     props = torch.cuda.get_device_properties(device_index)
-    l2_bytes = int(getattr(props, "L2_cache_size", 0)) or 50 * 2**20
+    clocks = GpuClocks(str(getattr(props, "uuid", "")))
     info = DeviceInfo(
         key=device_key(props.name), name=props.name, compute_capability=f"{props.major}.{props.minor}",
-        backend=backend, driver=_driver_version(), cuda=str(torch.version.cuda), l2_bytes=l2_bytes,
+        backend=backend, driver=clocks.driver, cuda=str(torch.version.cuda),
+        l2_bytes=int(getattr(props, "L2_cache_size", 0)) or 50 * 2**20,
     )
-    # Twice the L2 so nothing of the previous run survives the flush.
-    device = f"cuda:{device_index}"
-    return info, device, _flush_buffer(2 * l2_bytes, device, {})
-
-
-def _driver_version() -> str:
-    try:
-        import subprocess
-
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    return info, f"cuda:{device_index}", clocks
 
 
 if __name__ == "__main__":  # pragma: no cover - started through multiprocessing only

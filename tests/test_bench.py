@@ -1,0 +1,137 @@
+"""The bench engine: statistics, the noise-aware pick, input rotation, and fault isolation.
+
+The fault tests send planted configs (tools/planted_kernels.py) through a real interpreter
+device worker: a process that segfaults or hangs costs only its own config, the worker comes
+back, and wrong or NaN outputs are rejected with their error.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+from tunerun import REPO
+
+from aot_tune.bench.measure import MAX_INPUT_SETS, plan_rotation
+from aot_tune.bench.pool import DevicePool
+from aot_tune.bench.records import BenchRequest
+from aot_tune.manifest import BenchSettings
+from aot_tune.select import TIE_FLOOR, choose, median_interval, tied_with_fastest
+from aot_tune.tuning_schema import Measurement
+
+
+# -- statistics and the pick ----------------------------------------------------------------
+
+def test_median_interval_brackets_the_median_and_narrows_with_more_samples():
+    rng = random.Random(7)
+    few = [rng.gauss(1.0, 0.05) for _ in range(20)]
+    many = [rng.gauss(1.0, 0.05) for _ in range(2000)]
+    for samples in (few, many):
+        low, high = median_interval(samples)
+        median = sorted(samples)[len(samples) // 2]
+        assert low <= median <= high
+    assert (median_interval(many)[1] - median_interval(many)[0]) < (median_interval(few)[1] - median_interval(few)[0]) / 4
+
+
+def test_median_interval_of_few_samples_is_their_range():
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert median_interval([]) == (0.0, 0.0)
+
+
+def measured(config_id: str, median: float, spread: float = 0.0, status: str = "ok") -> Measurement:
+    m = Measurement(status=status, median_ms=median, runs=100 if status == "ok" else 0,
+                    median_ci_low_ms=median - spread, median_ci_high_ms=median + spread)
+    m.config.id = config_id
+    return m
+
+
+def test_overlapping_intervals_are_ties_and_clear_gaps_are_not():
+    fastest, close, slow = measured("b", 1.000, 0.004), measured("a", 1.006, 0.004), measured("c", 1.10, 0.004)
+    assert [m.config.id for m in tied_with_fastest([slow, close, fastest])] == ["b", "a"]
+    assert choose([slow, close, fastest]).config.id == "b"
+
+
+def test_a_tie_keeps_the_previous_pick_and_a_real_gap_does_not():
+    fastest, previous = measured("b", 1.000, 0.004), measured("a", 1.006, 0.004)
+    assert choose([fastest, previous], previous_pick="a").config.id == "a"
+    slower = measured("a", 1.0 + 10 * TIE_FLOOR, 0.001)
+    assert choose([fastest, slower], previous_pick="a").config.id == "b"
+
+
+def test_failed_configs_are_never_chosen_even_when_faster():
+    wrong = measured("a", 0.1, status="wrong_result")
+    assert choose([wrong, measured("b", 2.0)], previous_pick="a").config.id == "b"
+    assert choose([wrong]) is None
+
+
+def test_records_without_intervals_compare_by_median_with_the_floor():
+    old_a, old_b = measured("a", 1.0), measured("b", 1.002)
+    old_a.ClearField("median_ci_low_ms"), old_a.ClearField("median_ci_high_ms")
+    old_b.ClearField("median_ci_low_ms"), old_b.ClearField("median_ci_high_ms")
+    assert len(tied_with_fastest([old_a, old_b])) == 2  # 0.2% apart: inside the floor
+    assert choose([old_a, measured("c", 1.5)]).config.id == "a"
+
+
+# -- input rotation for cold-L2 timing -----------------------------------------------------
+
+def test_rotation_puts_the_cold_bytes_between_two_reads_of_one_set():
+    rotation = plan_rotation(set_bytes=32 << 20, cold_bytes=120 << 20, free_bytes=100 << 30)
+    assert rotation.sets == 5 and rotation.cold_l2  # 4 other sets of 32 MB pass in between
+    assert plan_rotation(set_bytes=64 << 20, cold_bytes=120 << 20, free_bytes=100 << 30).sets == 3
+
+
+def test_rotation_is_capped_by_memory_and_count_and_says_when_l2_stays_warm():
+    assert plan_rotation(set_bytes=4 << 30, cold_bytes=120 << 20, free_bytes=8 << 30) == plan_rotation(4 << 30, 1, 8 << 30)
+    tiny = plan_rotation(set_bytes=1024, cold_bytes=120 << 20, free_bytes=100 << 30)
+    assert tiny.sets == MAX_INPUT_SETS and not tiny.cold_l2
+    off = plan_rotation(set_bytes=1 << 20, cold_bytes=0, free_bytes=100 << 30)
+    assert off.sets == 1 and not off.cold_l2
+
+
+# -- faults through a real device worker ---------------------------------------------------
+
+SETTINGS = BenchSettings(warmup_ms=1.0, rep_ms=1.0, l2_flush=True, l2_flush_bytes=None)
+
+
+def planted(fault: int, block: int = 64) -> BenchRequest:
+    return BenchRequest(
+        kernel="planted", root=str(REPO / "tools"), launch_ref="planted_kernels:launch",
+        inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
+        shape=(("n", 300),), dtype="float32", config_id=f"fault{fault}-block{block}",
+        config=(("BLOCK", block), ("FAULT", fault)), settings=SETTINGS,
+    )
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    devices = DevicePool("interpreter", 1, str(tmp_path_factory.mktemp("triton-cache")))
+    yield devices
+    devices.close()
+
+
+def measure(pool: DevicePool, request: BenchRequest, timeout_s: float = 120.0):
+    with pool.lease() as lease:
+        return lease.measure(request, timeout_s)
+
+
+def test_correct_config_is_timed_and_checked(pool):
+    result = measure(pool, planted(0))
+    assert result.status == "ok" and result.times_ms and result.method == "wall", result
+    assert result.error_norm == 0.0
+
+
+@pytest.mark.parametrize("fault, message", [(1, "relative error"), (2, "NaN")])
+def test_wrong_and_nan_outputs_are_rejected_with_their_error(pool, fault, message):
+    result = measure(pool, planted(fault))
+    assert result.status == "wrong_result" and message in result.message, result
+
+
+def test_a_config_that_kills_its_worker_costs_only_itself(pool):
+    result = measure(pool, planted(3))
+    assert result.status == "crashed" and "device worker died" in result.message, result
+    assert measure(pool, planted(0, block=128)).status == "ok"  # a fresh worker took over
+
+
+def test_a_hanging_config_times_out_and_the_next_one_runs(pool):
+    result = measure(pool, planted(4), timeout_s=15.0)
+    assert result.status == "timeout", result
+    assert measure(pool, planted(0, block=32)).status == "ok"
