@@ -482,7 +482,7 @@ class _Defaults:
 
     dtypes: tuple[str, ...] = ("float16",)
     targets: tuple[str, ...] = ("sm80", "sm90")
-    bench: BenchSettings = BenchSettings(warmup_ms=25.0, rep_ms=100.0, l2_flush=True, l2_flush_bytes=None)
+    bench: BenchSettings = BenchSettings(warmup_ms=2.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)
     cache: str = "generated/{kernel}.tuning.pb"
     generated: str = "generated/{kernel}.py"
 

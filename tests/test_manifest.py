@@ -129,7 +129,7 @@ def test_defaults_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     # gemm inherits defaults (dtypes/bench from the file, the rest built in)
     assert g.dtypes == ("float16",)
     assert g.targets == ("sm80", "sm90")
-    assert g.bench == BenchSettings(warmup_ms=10.0, rep_ms=100.0, l2_flush=True, l2_flush_bytes=None)
+    assert g.bench == BenchSettings(warmup_ms=10.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)
     assert (g.cache, g.generated) == ("generated/gemm.tuning.pb", "generated/gemm.py")
     # softmax overrides; bench merges key by key over defaults
     assert s.dtypes == ("float32", "bfloat16", "float16")
@@ -142,7 +142,7 @@ def test_builtin_defaults_without_defaults_section(tmp_path: Path, monkeypatch: 
     text = edit("defaults:\n  dtypes: [fp16]\n  bench: {warmup_ms: 10}\n", "")
     g = load(tmp_path, monkeypatch, text).kernel("gemm")
     assert g.dtypes == ("float16",) and g.targets == ("sm80", "sm90")
-    assert g.bench == BenchSettings(25.0, 100.0, True, None)
+    assert g.bench == BenchSettings(2.0, 20.0, True, None)
 
 
 def test_defaults_paths_and_l2_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
