@@ -13,6 +13,7 @@ import zlib
 from typing import Any, Callable
 
 from ..loading import resolve
+from ..runtime import launch_with_config
 from .records import BenchRequest, BenchSettings, ConfigMeasurement
 
 #: ||out - ref|| / ||ref|| allowed per dtype (tf32 dots for float32 land near 3e-4).
@@ -58,7 +59,7 @@ def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, fl
 
 def measure_config(request: BenchRequest, workload: Workload, backend: str, l2_buffer: Any) -> ConfigMeasurement:
     config = dict(request.config)
-    run = lambda: workload.launch(*workload.inputs, config=dict(config))  # noqa: E731
+    run = lambda: launch_with_config(workload.launch, workload.inputs, config, kernel=request.kernel)  # noqa: E731
     try:
         output = run()
         if backend == "cuda":
