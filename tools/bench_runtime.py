@@ -6,8 +6,8 @@ Three measurements on ``kernels/vector_add.py`` (``add_kernel`` is decorated wit
 1. dispatch: host time per call over many calls (CUDA-synchronized at the end of each batch),
    for the decorated kernel, the same JIT kernel with its table config hard-coded, and
    ``@triton.autotune`` with the same configs once its key is tuned; batches interleaved,
-   median reported. A "stub" row swaps the launch for a no-op to isolate the decorator's own
-   cost from Triton's launch path.
+   median reported. The "stub" rows swap the launch for a no-op to isolate each wrapper's own
+   dispatch cost from Triton's launch path (so they mean something on the CPU too).
 2. import: each ``generated/<kernel>.py`` imported in a fresh interpreter (and whether that
    pulled in torch or triton).
 3. first call: in a fresh process with a warm Triton cache (each mode runs once to warm it), the
@@ -94,6 +94,7 @@ class _StubJit:
 
     def __init__(self, arg_names):
         self.arg_names = list(arg_names)
+        self.fn = _StubJit.run  # triton.autotune looks for the Python function under .fn
 
     def run(self, *args, grid, warmup, **kwargs):
         return None
@@ -116,12 +117,17 @@ def dispatch(args) -> list[tuple[str, float]]:
     stub_decorated = aot_tune.autotune(configs=vector_add._CONFIGS, key=["n"], table="vector_add")(stub)
     stub_decorated._chosen = {memo: chosen for memo, chosen in decorated._chosen.items()}
     stub_decorated._device = decorated._device
+    import triton
+
+    stub_peer = triton.autotune(configs=vector_add._CONFIGS, key=["n"], do_bench=_wall_do_bench)(stub)
+    stub_peer[grid](*kernel_args)
     paths = {
         "hard-coded": lambda: jit[grid](*kernel_args, **config),
         "aot_tune.autotune": lambda: decorated[grid](*kernel_args),
         "triton.autotune": lambda: peer[grid](*kernel_args),
         "stub: hard-coded": lambda: stub[grid](*kernel_args, **config),
         "stub: aot_tune.autotune": lambda: stub_decorated[grid](*kernel_args),
+        "stub: triton.autotune": lambda: stub_peer[grid](*kernel_args),
     }
     calls = args.calls if not args.interpreter else min(args.calls, 50)
     samples: dict[str, list[float]] = {name: [] for name in paths}
