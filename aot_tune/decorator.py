@@ -76,7 +76,6 @@ class TunedKernel:
         prune = dict(prune_configs_by or {})
         self.early_config_prune: Callable | None = prune.get("early_config_prune")
         self.perf_model: Callable | None = prune.get("perf_model")
-        self.top_k = prune.get("top_k", 1.0)
         self.user_pre_hook = pre_hook
         self.user_post_hook = post_hook
         self.name = table or where
