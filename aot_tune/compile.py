@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from . import triton_compat
 from .loading import load_kernel_module_attrs
+from .runtime import launch_with_config
 
 #: Failure reasons a compile can record; the bench stage never measures such a config.
 INVALID_REASONS = (
@@ -87,7 +88,7 @@ def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
             for shape in request.shapes:
                 for dtype in request.dtypes:
                     inputs = make_inputs(dict(shape), getattr(torch, dtype), "meta")
-                    launch(*inputs, config=dict(request.config))
+                    launch_with_config(launch, inputs, request.config, kernel=request.kernel, hooks=False)
     except Exception as exc:  # a kernel fault is a result, not a crash of the pipeline
         reason = triton_compat.compile_error_kind(exc)
         result.status = reason or "launch_error"

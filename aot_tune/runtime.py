@@ -1,30 +1,47 @@
 """Runtime: pick a tuned config for a launch from a generated table. Never benchmarks.
 
 Imported by kernel libraries, so it imports neither torch nor triton at module load (torch is
-asked for the device name only on the first lookup, when the caller has imported it anyway).
+asked for the device name only on the first GPU lookup, when the caller has imported it anyway).
 
-Policy for a call whose key was not tuned: the nearest tuned key of the same dtype, where the
-distance is the sum over key dims of |log2(a) - log2(b)| (shapes scale geometrically); if the
-device has no table, a table measured on a GPU of the same compute capability; else the
-kernel's declared default config. Each fallback warns once.
+Policy for a call whose key was not tuned exactly: the nearest tuned key of the same dtype, where
+the distance is the sum over key dims of |log2(a) - log2(b)| (shapes scale geometrically); if the
+device has no table, a table measured on a GPU of the same compute capability; else the kernel's
+declared default config. Each fallback warns once (per missing key, per dtype, per device). In
+strict mode (``strict=True`` or ``AOT_TUNE_STRICT=1``) anything but an exact entry of this
+device's own table raises :class:`UntunedError` instead.
+
+Both ways of reading a table, :class:`TunedTable` in a launch function and the
+``aot_tune.autotune`` decorator, go through :meth:`TunedTable.choose`, so they share one
+lookup and fallback path. During ``doit tune`` the tuner runs launch functions through
+:func:`launch_with_config`, which forces one candidate config on the decorated kernels.
 """
 from __future__ import annotations
 
+import contextvars
 import importlib
 import math
 import os
 import threading
 import warnings
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .devices import INTERPRETER, device_key
+from .errors import TuneError
+
+#: Set to 1 to make every table strict (CI: fail on any launch that is not tuned exactly).
+STRICT_ENV = "AOT_TUNE_STRICT"
 
 
 class TuningWarning(UserWarning):
     """A launch ran with a config that was not tuned for exactly its key and device."""
 
 
-def _dtype_name(dtype: Any) -> str:
+class UntunedError(TuneError):
+    """Strict mode: a launch whose key or device has no exact entry in the generated table."""
+
+
+def dtype_name(dtype: Any) -> str:
+    """'torch.float16' or 'float16' -> 'float16' (tables are keyed by the bare name)."""
     return str(dtype).removeprefix("torch.")
 
 
@@ -38,7 +55,7 @@ def select_config(tables: Mapping[str, Mapping[tuple, dict]], key_names: tuple[s
     table = tables.get(device)
     if not table:
         return None
-    dtype = _dtype_name(dtype)
+    dtype = dtype_name(dtype)
     values = tuple(int(key[name]) for name in key_names)
     exact = table.get((*values, dtype))
     if exact is not None:
@@ -50,79 +67,149 @@ def select_config(tables: Mapping[str, Mapping[tuple, dict]], key_names: tuple[s
     return table[nearest]
 
 
+# --------------------------------------------------------------------------- device keys
+
 _device_keys: dict[int, str] = {}
+_uniform_key: str | None = None
 
 
-def current_device_key() -> str:
-    """Table key of the device launches go to: the interpreter, or the current CUDA GPU's model."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return INTERPRETER
+def cuda_device_key() -> str:
+    """Table key of the current CUDA GPU's model.
+
+    When every visible GPU is the same model (the common case, one or eight of a kind) the key is
+    computed once per process and a launch pays one global read; otherwise per device index.
+    """
+    global _uniform_key
+    if _uniform_key is not None:
+        return _uniform_key
     import torch
 
+    if not _device_keys:
+        for index in range(torch.cuda.device_count()):
+            _device_keys[index] = device_key(torch.cuda.get_device_name(index))
+        if len(set(_device_keys.values())) == 1:
+            _uniform_key = next(iter(_device_keys.values()))
+            return _uniform_key
     index = torch.cuda.current_device()
     if index not in _device_keys:
         _device_keys[index] = device_key(torch.cuda.get_device_name(index))
     return _device_keys[index]
 
 
+def uniform_device_key() -> str | None:
+    """The device key when every visible GPU is the same model and it is known; else None."""
+    return _uniform_key
+
+
+def current_device_key() -> str:
+    """Table key of the device launches go to: the interpreter, or the current CUDA GPU's model."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return INTERPRETER
+    return cuda_device_key()
+
+
+def _cuda_capability() -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}"
+
+
+# --------------------------------------------------------------------------- tables
+
+
 class TunedTable:
     """The tuned configs of one kernel, as a launch function sees them.
 
-    ``TunedTable("gemm", default={...})`` reads ``generated/gemm.py`` (or ``module``) lazily.
-    ``lookup(dtype, **key)`` returns a fresh dict: the kernel's constexprs plus launch options.
+    ``TunedTable("gemm", default={...})`` reads ``generated/gemm.py`` (or ``module``) lazily, on
+    the first lookup. ``lookup(dtype, **key)`` returns a fresh dict: the kernel's constexprs plus
+    launch options. ``strict=None`` follows the ``AOT_TUNE_STRICT`` environment variable.
     """
 
-    def __init__(self, kernel: str, default: Mapping[str, Any], module: str | None = None) -> None:
+    #: Frames between a fallback warning and the launch that caused it (the decorator adds two).
+    warning_stacklevel = 5
+
+    def __init__(self, kernel: str, default: Mapping[str, Any] | None = None, module: str | None = None,
+                 strict: bool | None = None) -> None:
         self.kernel = kernel
-        self.default = dict(default)
+        self.default = dict(default or {})
         self.module_name = module or f"generated.{kernel}"
+        self.strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
         self._module: Any = None
-        self._chosen: dict[tuple, dict] = {}
+        self._chosen: dict[tuple, dict | None] = {}
         self._warned: set[tuple] = set()
         self._lock = threading.Lock()
 
     def lookup(self, dtype: Any, **key: int) -> dict:
-        device = current_device_key()
-        memo = (device, _dtype_name(dtype), *sorted(key.items()))
-        config = self._chosen.get(memo)
-        if config is None:
-            config = self._chosen[memo] = self._choose(device, dtype, key)
-        return dict(config)
+        config = self.choose(current_device_key(), dtype, key)
+        return dict(self.default if config is None else config)
 
-    def _choose(self, device: str, dtype: Any, key: Mapping[str, int]) -> dict:
+    def choose(self, device: str, dtype: Any, key: Mapping[str, Any]) -> dict | None:
+        """The table's config for a call, or None for "use your default" (after a one-time warning).
+
+        The one lookup path of the runtime; memoized per (device, dtype, key). The returned dict
+        is shared: callers copy it before handing it out.
+        """
+        memo = (device, dtype_name(dtype), *sorted(key.items()))
+        try:
+            return self._chosen[memo]
+        except KeyError:
+            pass
+        config = self._chosen[memo] = self._choose(device, dtype_name(dtype), key)
+        return config
+
+    def _choose(self, device: str, dtype: str, key: Mapping[str, Any]) -> dict | None:
         module = self._load()
         if module is None:
-            return self.default
+            return None
+        values = self._key_values(module, key)
+        shown = f"key {dict(zip(module.KEY, values))} {dtype}"
         tables = module.TABLES
-        table_device = device if device in tables else self._same_capability(module, device)
+        exact = tables.get(device, {}).get((*values, dtype))
+        if exact is not None:
+            return exact
+        if self.strict:
+            raise UntunedError(f"{self.kernel}: {shown} is not tuned on device '{device}' (table {self.module_name}, "
+                               f"strict mode); fix: add it to tuning.yaml and run `doit tune {self.kernel}` on this GPU")
+        table_device = device if tables.get(device) else self._same_capability(module, device)
         if table_device is None:
-            self._warn_once(("device", device), f"{self.kernel}: no tuned table for device '{device}' "
-                            f"in {self.module_name}; using the default config. Fix: run `doit tune {self.kernel}` "
+            self._warn_once(("device", device), f"{self.kernel}: no tuned table for device '{device}' in "
+                            f"{self.module_name}; using the default config. Fix: run `doit tune {self.kernel}` "
                             f"on this GPU")
-            return self.default
-        config = select_config(tables, module.KEY, table_device, dtype, key)
+            return None
+        config = select_config(tables, module.KEY, table_device, dtype, dict(zip(module.KEY, values)))
         if config is None:
-            self._warn_once(("dtype", device, _dtype_name(dtype)), f"{self.kernel}: no tuned {_dtype_name(dtype)} "
-                            f"entry for '{table_device}'; using the default config")
-            return self.default
-        exact = tables[table_device].get((*(int(key[k]) for k in module.KEY), _dtype_name(dtype)))
-        if exact is None:
-            self._warn_once(("key", device, _dtype_name(dtype), *sorted(key.items())),
-                            f"{self.kernel}: key {dict(key)} {_dtype_name(dtype)} was not tuned on "
-                            f"'{table_device}'; using the nearest tuned key. Fix: add it to tuning.yaml")
+            self._warn_once(("dtype", device, dtype), f"{self.kernel}: no tuned {dtype} entry for "
+                            f"'{table_device}' in {self.module_name}; using the default config. Fix: add {dtype} "
+                            f"to the kernel's dtypes in tuning.yaml and run `doit tune {self.kernel}`")
+            return None
+        if (*values, dtype) not in tables[table_device]:
+            self._warn_once(("key", device, dtype, values), f"{self.kernel}: {shown} was not tuned on "
+                            f"'{table_device}'; using the nearest tuned key. Fix: add it to tuning.yaml and run "
+                            f"`doit tune {self.kernel}`")
         return config
+
+    def _key_values(self, module: Any, key: Mapping[str, Any]) -> tuple[int, ...]:
+        missing = [name for name in module.KEY if name not in key]
+        if missing or len(key) != len(module.KEY):
+            raise TuneError(f"{self.kernel}: {self.module_name} is keyed by {', '.join(module.KEY)} but the launch "
+                            f"gives {', '.join(key) or 'nothing'}; fix: name the key dims of tuning.yaml in the "
+                            f"lookup (or in aot_tune.autotune's key=)")
+        try:
+            return tuple(int(key[name]) for name in module.KEY)
+        except (TypeError, ValueError):
+            raise TuneError(f"{self.kernel}: key values must be integers, got {dict(key)}; "
+                            f"fix: key the kernel by its integer size arguments") from None
 
     def _same_capability(self, module: Any, device: str) -> str | None:
         if device == INTERPRETER:
             return None
-        import torch
-
-        major, minor = torch.cuda.get_device_capability()
-        capability = f"{major}.{minor}"
+        capability = _cuda_capability()
         for other, info in sorted(getattr(module, "DEVICES", {}).items()):
-            if info.get("compute_capability") == capability:
+            if info.get("compute_capability") == capability and module.TABLES.get(other):
                 self._warn_once(("capability", device), f"{self.kernel}: no table for '{device}'; using "
-                                f"the table of '{other}' (same compute capability {capability})")
+                                f"the table of '{other}' (same compute capability {capability}). Fix: run "
+                                f"`doit tune {self.kernel}` on this GPU")
                 return other
         return None
 
@@ -131,13 +218,86 @@ class TunedTable:
             if self._module is None:
                 try:
                     self._module = importlib.import_module(self.module_name)
-                except ImportError:
+                except ModuleNotFoundError as exc:
+                    if exc.name is None or not self.module_name.startswith(exc.name):
+                        raise  # the module exists but imports something missing: not ours to hide
                     self._module = False
-                    self._warn_once(("module",), f"{self.kernel}: no generated module {self.module_name}; "
-                                    f"using the default config. Fix: run `doit tune {self.kernel}`")
+            if self._module is False:
+                if self.strict:
+                    raise UntunedError(f"{self.kernel}: no generated module {self.module_name} (strict mode); "
+                                       f"fix: run `doit tune {self.kernel}`")
+                self._warn_once(("module",), f"{self.kernel}: no generated module {self.module_name}; "
+                                f"using the default config. Fix: run `doit tune {self.kernel}`")
             return self._module or None
 
     def _warn_once(self, what: tuple, message: str) -> None:
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(message, TuningWarning, stacklevel=4)
+            warnings.warn(message, TuningWarning, stacklevel=self.warning_stacklevel)
+
+
+# --------------------------------------------------------------------------- forcing a candidate
+
+
+class ForcedConfig:
+    """The candidate config the tuner is measuring, seen by every ``aot_tune.autotune`` kernel of
+    ``kernel`` (the manifest name; None: every kernel) launched while it is active."""
+
+    __slots__ = ("config", "kernel", "hooks", "launches")
+
+    def __init__(self, config: Mapping[str, Any], kernel: str | None, hooks: bool) -> None:
+        self.config = dict(config)
+        self.kernel = kernel
+        self.hooks = hooks
+        self.launches = 0
+
+
+#: Active only inside :func:`launch_with_config`; a ContextVar so threads and tasks never share it.
+FORCED: contextvars.ContextVar[ForcedConfig | None] = contextvars.ContextVar("aot_tune_forced", default=None)
+
+_takes_config_memo: dict[Any, bool] = {}
+
+
+def _takes_config(launch: Callable) -> bool:
+    try:
+        return _takes_config_memo[launch]
+    except (KeyError, TypeError):
+        pass
+    import inspect
+
+    try:
+        parameters = inspect.signature(launch).parameters
+    except (TypeError, ValueError):
+        return False
+    takes = "config" in parameters and parameters["config"].kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    try:
+        _takes_config_memo[launch] = takes
+    except TypeError:
+        pass
+    return takes
+
+
+def launch_with_config(launch: Callable, inputs: Sequence[Any], config: Mapping[str, Any], *,
+                       kernel: str | None = None, hooks: bool = True) -> Any:
+    """Run a manifest's launch function with one candidate config: how compile and bench run one.
+
+    The config reaches ``aot_tune.autotune`` kernels through a context they honour (with their
+    hooks run around the launch unless ``hooks`` is False: the compile stage launches nothing),
+    and the launch function as ``config=`` if it takes that parameter. A launch function that
+    does neither would measure one config under every candidate's name, so that raises.
+    """
+    forced = ForcedConfig(config, kernel, hooks)
+    token = FORCED.set(forced)
+    try:
+        if _takes_config(launch):
+            return launch(*inputs, config=dict(config))
+        output = launch(*inputs)
+    finally:
+        FORCED.reset(token)
+    if not forced.launches:
+        name = getattr(launch, "__qualname__", repr(launch))
+        raise TuneError(f"{kernel or 'kernel'}: launch function {name} takes no config= and launched no "
+                        f"aot_tune.autotune kernel with table '{kernel}'; fix: decorate the kernel with "
+                        f"@aot_tune.autotune(..., table='{kernel}') or add a config parameter to {name}")
+    return output

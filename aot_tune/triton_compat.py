@@ -105,9 +105,21 @@ class CapturedCompile:
     name: str
 
 
+def jit_function(kernel: Any) -> Any:
+    """The JITFunction under decorators that keep what they wrap in ``.fn`` (aot_tune.autotune,
+    triton.autotune, triton.heuristics); the one place the compile stage unwraps a kernel."""
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, JITFunction) and hasattr(kernel, "fn"):
+        kernel = kernel.fn
+    return kernel
+
+
 @contextlib.contextmanager
 def compile_instead_of_launch(jit_fn: Any) -> Iterator[list[CapturedCompile]]:
-    """While active, ``jit_fn[grid](...)`` compiles (through the real launch path) but does not launch."""
+    """While active, ``jit_fn[grid](...)`` compiles (through the real launch path) but does not launch.
+    ``jit_fn`` may be wrapped (``aot_tune.autotune``, ``triton.heuristics``): the JITFunction is patched."""
+    jit_fn = jit_function(jit_fn)
     captured: list[CapturedCompile] = []
     original_run = type(jit_fn).run
 

@@ -1,7 +1,8 @@
-"""Element-wise vector addition: the smallest kernel, useful as a tuner smoke test.
+"""Element-wise vector addition: the smallest kernel, and the example of ``@aot_tune.autotune``.
 
 Contract used by the tuner: ``add_kernel``, ``make_inputs``, ``reference``, ``add``.
-Key dim: ``n`` (number of elements).
+Key dim: ``n`` (number of elements). ``add`` passes no config: the decorator launches the
+generated table's config, or the candidate ``doit tune`` is measuring.
 """
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ import torch
 import triton
 import triton.language as tl
 
-from aot_tune.runtime import TunedTable
+import aot_tune
 
-_TABLE = TunedTable("vector_add", default={"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1})
+# The first config is the fallback for a launch the table cannot serve (see README, "Runtime").
+_CONFIGS = [
+    triton.Config({"BLOCK_SIZE": block}, num_warps=warps, num_stages=1)
+    for block, warps in ((1024, 4), (256, 2), (512, 4), (2048, 4), (4096, 8))
+]
 
 
+@aot_tune.autotune(configs=_CONFIGS, key=["n"], table="vector_add")
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     """Each program adds one BLOCK_SIZE chunk; the tail chunk is masked."""
@@ -36,14 +42,11 @@ def reference(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x.float() + y.float()).to(x.dtype)
 
 
-def add(x: torch.Tensor, y: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Launch ``add_kernel``; shape-driven only, so it also works on meta tensors."""
     if x.shape != y.shape or not (x.is_contiguous() and y.is_contiguous()):
         raise ValueError("add: x and y must be contiguous tensors of the same shape")
     n = x.numel()
-    if config is None:
-        config = _TABLE.lookup(x.dtype, n=n)
     out = torch.empty_like(x)
-    grid = (triton.cdiv(n, config["BLOCK_SIZE"]),)
-    add_kernel[grid](x, y, out, n, **config)
+    add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](x, y, out, n)
     return out

@@ -67,3 +67,21 @@ def test_an_unknown_parameter_is_a_launch_error_naming_it(compile_config):
 def test_cost_estimate_orders_big_tiles_first():
     big = {**SMALL, "BLOCK_M": 256, "BLOCK_N": 256, "num_warps": 2}
     assert cost_estimate(big) > cost_estimate(SMALL)
+
+
+def vector_add_request(config: dict) -> CompileRequest:
+    return CompileRequest(
+        kernel="vector_add", root=str(REPO), kernel_ref="kernels.vector_add:add_kernel",
+        launch_ref="kernels.vector_add:add", inputs_ref="kernels.vector_add:make_inputs", config=config,
+        target="sm90", shapes=({"n": 1000}, {"n": 4096}), dtypes=("float16",),
+    )
+
+
+def test_a_decorated_kernel_compiles_the_forced_candidate(compile_config):
+    """add_kernel is an @aot_tune.autotune object and add() passes no config: the compile stage
+    unwraps the decorator to intercept the JITFunction, and the candidate reaches it forced."""
+    result = compile_config(vector_add_request({"BLOCK_SIZE": 256, "num_warps": 2}), "ok")
+    assert result.valid, result.message
+    assert len(result.specializations) == 2  # n=1000 and n=4096 (divisible by 16) specialize differently
+    bad = compile_config(vector_add_request({"BLOCK_SIZE": 384, "num_warps": 2}), "bad")
+    assert bad.status == "compile_error"  # tl.arange(0, 384): the forced value, not a table's

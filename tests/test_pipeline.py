@@ -2,6 +2,7 @@
 sm80/sm90 and the Triton interpreter, exactly as a user runs it (a subprocess per run)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -95,6 +96,31 @@ def test_generated_module_imports_without_torch_and_returns_configs(project, fir
     out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
                          env=subprocess_env(project), check=True).stdout
     assert out.split() == ["['BLOCK_SIZE',", "'num_warps']", "True", "False", "False"]
+
+
+def test_the_decorated_kernel_launches_the_configs_the_run_chose(project, first_run):
+    """vector_add is an @aot_tune.autotune kernel: the tuner forced each candidate through it
+    (384 failed to compile, so the forcing reached Triton), and the table it wrote is what a
+    plain launch in a fresh process now runs, with no fallback warning."""
+    code = textwrap.dedent("""
+        import json, warnings
+        import torch
+        from aot_tune.runtime import TuningWarning
+        from generated import vector_add as table
+        from kernels import vector_add
+        warnings.simplefilter("error", TuningWarning)
+        result = []
+        for (n, dtype), config in sorted(table.TABLES["interpreter"].items()):
+            x, y = vector_add.make_inputs({"n": n}, getattr(torch, dtype), "cpu")
+            ok = torch.equal(vector_add.add(x, y), x + y)
+            result.append([ok, vector_add.add_kernel.config_for(x, y, x, n) == config])
+        print(json.dumps(result))
+    """)
+    env = {**subprocess_env(project), "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [[True, True]] * 4
 
 
 def test_generated_module_is_deterministic(project, first_run):

@@ -226,3 +226,48 @@ def test_importing_the_runtime_imports_neither_torch_nor_triton() -> None:
     out = subprocess.run([sys.executable, "-c", _RUNTIME_PROBE, str(ROOT)], capture_output=True, text=True,
                          timeout=60, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+# --------------------------------------------------------------------------- fallbacks across devices, strict mode
+
+
+def test_a_gpu_without_a_table_uses_one_of_the_same_compute_capability_once_warned(generated, monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "_cuda_capability", lambda: "9.0")
+    table = TunedTable("vec", DEFAULT, module=generated(GENERATED))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert table.choose("h100-pcie", "float16", {"N": 256}) == {"BLOCK": 99}
+        assert table.choose("h100-pcie", "float16", {"N": 300}) == {"BLOCK": 99}  # and its nearest key
+    messages = tuning_warnings(record)
+    assert len(messages) == 2
+    assert "'h100-sxm' (same compute capability 9.0)" in messages[0]
+    assert "nearest" in messages[1]
+
+
+def test_a_gpu_of_another_compute_capability_gets_the_default(generated, monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "_cuda_capability", lambda: "8.0")
+    table = TunedTable("vec", DEFAULT, module=generated(GENERATED))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert table.choose("a100-sxm", "float16", {"N": 256}) is None
+    assert "no tuned table for device 'a100-sxm'" in tuning_warnings(record)[0]
+
+
+def test_strict_table_raises_for_anything_but_an_exact_entry_of_this_device(interpreter, generated, monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "_cuda_capability", lambda: "9.0")
+    table = TunedTable("vec", DEFAULT, module=generated(GENERATED), strict=True)
+    assert table.lookup("float32", N=256) == {"BLOCK": 64, "num_warps": 2}
+    for device, dtype, n in (("interpreter", "float32", 300), ("interpreter", "float16", 256),
+                             ("h100-pcie", "float16", 256)):
+        with pytest.raises(runtime.UntunedError) as info:
+            table.choose(device, dtype, {"N": n})
+        message = str(info.value)
+        assert "\n" not in message
+        assert f"'N': {n}" in message and dtype in message and f"'{device}'" in message
+        assert "fix: add it to tuning.yaml and run `doit tune vec`" in message
+
+
+def test_a_generated_module_that_fails_to_import_is_not_taken_for_a_missing_one(interpreter, generated) -> None:
+    table = TunedTable("vec", DEFAULT, module=generated("import aot_tune_no_such_dependency\n"))
+    with pytest.raises(ModuleNotFoundError, match="aot_tune_no_such_dependency"):
+        table.lookup("float32", N=256)

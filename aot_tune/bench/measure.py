@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..loading import resolve
+from ..runtime import launch_with_config
 from .nvml import ClockReading, GpuClocks
 from .records import BenchRequest, BenchSettings, ConfigMeasurement
 
@@ -64,6 +65,7 @@ class Workload:
     def __init__(self, request: BenchRequest, device: str) -> None:
         import torch
 
+        self.kernel = request.kernel
         self.launch = resolve(request.root, request.launch_ref)
         self._make_inputs = resolve(request.root, request.inputs_ref)
         self._reference = resolve(request.root, request.reference_ref)
@@ -102,7 +104,7 @@ class Workload:
         return index
 
     def run(self, index: int, config: dict) -> Any:
-        return self.launch(*self.inputs(index), config=dict(config))
+        return launch_with_config(self.launch, self.inputs(index), config, kernel=self.kernel)
 
     def rotation_for(self, settings: BenchSettings, l2_bytes: int) -> "Rotation":
         """How many input sets timed launches cycle through (decided once per shape)."""
