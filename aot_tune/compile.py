@@ -1,9 +1,9 @@
 """Builder: AOT-compile one config of one kernel for one GPU target, and judge its validity.
 
-A compile runs the kernel's own launch function on ``meta`` tensors for every declared shape
-and dtype, so each distinct specialization a real launch will need is compiled once, into the
-Triton cache directory the bench stage shares. Runs in compile worker processes (see pool.py);
-nothing here needs a GPU.
+A compile runs the kernel's own launch function on ``meta`` tensors for a representative
+(shape, dtype) of one specialization (see specialize.py), so Triton compiles exactly what a real
+launch of any shape of that specialization will look up, into the Triton cache directory the
+bench stage shares. Runs in compile worker processes (see executors.py); nothing here needs a GPU.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class CompileRequest:
 
 @dataclass
 class CompileResult:
-    """Outcome of compiling one (kernel, config, target) for all of its specializations."""
+    """Outcome of compiling one (kernel, config, target) for the launches of the request."""
 
     kernel: str
     config_id: str
@@ -62,6 +62,12 @@ class CompileResult:
     specializations: list[str] = field(default_factory=list)  # Triton kernel hashes
     cache_hits: int = 0
     cache_misses: int = 0
+    # Per thread, read from the cubin; None with resources_unknown saying why (e.g. no cubin made).
+    registers: int | None = None
+    spills: int | None = None
+    stack_bytes: int | None = None
+    local_bytes: int | None = None
+    resources_unknown: str = ""
 
     @property
     def valid(self) -> bool:
@@ -104,7 +110,31 @@ def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
         if result.shared_bytes > limit:  # a pipeline without an llir stage is checked here
             result.status = "shared_memory"
             result.message = f"needs {result.shared_bytes} bytes of shared memory, {request.target} allows {limit}"
+        _record_resources(result, captured)
+    else:
+        result.resources_unknown = f"no cubin: the compile stopped ({result.status})"
     return result
+
+
+def _record_resources(result: CompileResult, captured: list[triton_compat.CapturedCompile]) -> None:
+    """Registers and spills of the compiled cubin (the largest over the request's launches)."""
+    usages = []
+    for compiled in captured:
+        if compiled.cubin is None:
+            result.resources_unknown = "no cubin in the compile output"
+            return
+        usage = triton_compat.resource_usage(compiled.cubin, compiled.name)
+        if isinstance(usage, str):
+            result.resources_unknown = usage
+            return
+        usages.append(usage)
+    if not usages:
+        result.resources_unknown = "nothing was compiled"
+        return
+    result.registers = max(u.registers for u in usages)
+    result.spills = max(u.spills for u in usages)
+    result.stack_bytes = max(u.stack_bytes for u in usages)
+    result.local_bytes = max(u.local_bytes for u in usages)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -68,6 +68,11 @@ class ManifestLoader(TaskLoader2):
         plan.work_dir.mkdir(parents=True, exist_ok=True)
         jobs = int(self.options.get("num_process") or self.jobs)
         self.session = TuneSession(plan, Executors(device, plan.triton_cache_dir, jobs))
+        if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
+            try:
+                self.session.specialize()
+            except TuneError as err:
+                raise InvalidDodoFile(str(err)) from None
         task_list = []
         for stage in (compile, bench, merge, generate):
             task_list.extend(generate_tasks(stage.__name__, stage.tasks(self.session), stage.__doc__))

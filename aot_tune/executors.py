@@ -15,7 +15,9 @@ from pathlib import Path
 
 from .bench.pool import DevicePool
 from .compile import CompileRequest, CompileResult, compile_config
+from .errors import TuneError
 from .hardware import LocalDevice
+from .specialize import SpecializeRequest, SpecializeResult, capture
 
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
 
@@ -74,6 +76,18 @@ class Executors:
                     return CompileResult(request.kernel, config_id, request.target, status="crashed",
                                          message="the compiler process died")
         raise AssertionError("unreachable")
+
+    def specialize(self, request: SpecializeRequest) -> SpecializeResult:
+        """Capture launch specializations in the pool (its workers then stay warm for the compiles)."""
+        pool = self._pool()
+        future = pool.submit(capture, request)
+        try:
+            return future.result(timeout=self.compile_timeout_s)
+        except (cf.TimeoutError, cf.process.BrokenProcessPool):
+            self._replace_pool(pool)
+            raise TuneError(f"{request.kernel}: running its launch function on meta tensors for {request.target} "
+                            f"crashed or hung a worker; fix: make the launch function shape-driven "
+                            f"(no reads of tensor data), see README 'tuning.yaml reference'") from None
 
     @property
     def devices(self) -> DevicePool:

@@ -19,6 +19,7 @@ from .fingerprint import RECORD_FORMAT, SourceIndex, digest
 from .hardware import LocalDevice
 from .manifest import KernelSpec, Manifest
 from .space import Config
+from .specialize import SpecializationTable, read_table
 from .triton_compat import PINNED_ENV, versions
 from .tuning_schema import TuningCache, TuningRecord
 
@@ -29,20 +30,30 @@ def shape_label(shape: tuple[int, ...]) -> str:
     return "x".join(str(v) for v in shape)
 
 
+Launch = tuple[tuple[int, ...], str]  # (shape, dtype)
+
+
 @dataclass(frozen=True)
 class CompileUnit:
-    """Compile one config of one kernel for one target, for every specialization its shapes need."""
+    """Compile one config of one kernel for one specialization and target. ``launches`` are the
+    planned (shape, dtype) launches that specialize alike; the first is the one compiled, and
+    the Triton cache entry it leaves serves them all."""
 
     kernel: str
     config: Config
     target: str
-    shapes: tuple[tuple[int, ...], ...]
+    specialization: str
+    launches: tuple[Launch, ...]
     fingerprint: str
     output: Path
 
     @property
     def name(self) -> str:
-        return f"compile:{self.kernel}:{self.target}:{self.config.id}"
+        return f"compile:{self.kernel}:{self.target}:{self.specialization}:{self.config.id}"
+
+    @property
+    def representative(self) -> Launch:
+        return self.launches[0]
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,16 @@ class KernelPlan:
     spec: KernelSpec
     cache_path: Path
     generated_path: Path
+    targets: tuple[str, ...] = ()
+    compile_code: str = ""
+    specializations: SpecializationTable | None = None
+    specializations_path: Path | None = None
     compile_units: list[CompileUnit] = field(default_factory=list)
     bench_units: list[BenchUnit] = field(default_factory=list)
-    _compiles_by_config: dict[Config, list[CompileUnit]] | None = field(default=None, repr=False)
+    #: (target, shape, dtype, config) launches whose specialization is not known yet
+    unspecialized: list[tuple[str, tuple[int, ...], str, Config]] = field(default_factory=list)
+    _compile_index: dict[tuple[str, Launch, str], CompileUnit] = field(default_factory=dict, repr=False)
+    _bench_by_launch: dict[Launch, BenchUnit] | None = field(default=None, repr=False)
     _planned_keys: frozenset[tuple[str, tuple[int, ...]]] | None = field(default=None, repr=False)
 
     def bench_targets(self, device: LocalDevice) -> tuple[str, ...]:
@@ -82,12 +100,46 @@ class KernelPlan:
             self._planned_keys = frozenset((u.dtype, tuple(u.shape)) for u in self.bench_units)
         return record.device.key == device_key and (record.dtype, tuple(record.shape)) not in self._planned_keys
 
-    def compiles_for(self, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
-        if self._compiles_by_config is None:  # every bench task asks, for hundreds of configs
-            self._compiles_by_config = {}
-            for unit in self.compile_units:
-                self._compiles_by_config.setdefault(unit.config, []).append(unit)
-        return [u for u in self._compiles_by_config.get(config, ()) if u.target in targets]
+    def compiles_for(self, bench: BenchUnit, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
+        """The compile tasks whose Triton cache entries this bench's launches of ``config`` use."""
+        launch = (bench.shape, bench.dtype)
+        found = (self._compile_index.get((t, launch, config.id)) for t in targets)
+        return [u for u in found if u is not None]
+
+    def bench_for(self, launch: Launch) -> BenchUnit | None:
+        if self._bench_by_launch is None:
+            self._bench_by_launch = {(u.shape, u.dtype): u for u in self.bench_units}
+        return self._bench_by_launch.get(launch)
+
+    def plan_compiles(self, toolchain: dict[str, str], work: Path) -> None:
+        """One compile unit per (config, specialization, target) the table knows, deduplicated
+        across the launches that share it; launches it does not know are listed as unspecialized."""
+        table = self.specializations
+        assert table is not None
+        units: dict[tuple[str, str, Config], list[Launch]] = {}
+        spec_of: dict[tuple[str, Launch, str], tuple[str, str, Config]] = {}
+        self.unspecialized = []
+        for target in self.targets:
+            for bench in self.bench_units:
+                launch = (bench.shape, bench.dtype)
+                known = table.lookup(target, bench.shape, bench.dtype)
+                for config in bench.configs:
+                    spec_id = known.get(config.id)
+                    if spec_id is None:
+                        self.unspecialized.append((target, bench.shape, bench.dtype, config))
+                        continue
+                    key = (target, spec_id, config)
+                    units.setdefault(key, []).append(launch)
+                    spec_of[(target, launch, config.id)] = key
+        built: dict[tuple[str, str, Config], CompileUnit] = {}
+        for (target, spec_id, config), launches in sorted(units.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+            # The launches are not in the fingerprint: any of them leaves the same Triton cache entry.
+            fp = digest("compile", RECORD_FORMAT, self.compile_code, config.params, target, spec_id, toolchain)
+            out = work / "compile" / self.spec.name / target / spec_id / f"{config.id}.json"
+            built[(target, spec_id, config)] = CompileUnit(self.spec.name, config, target, spec_id,
+                                                           tuple(launches), fp, out)
+        self.compile_units = list(built.values())
+        self._compile_index = {k: built[v] for k, v in spec_of.items()}
 
 
 @dataclass
@@ -147,25 +199,22 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
     for spec in kernels:
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
         code = measured_code(sources, spec)
-        compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
+        kp.compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
         shapes = spec.shapes_for(device.backend)
         configs_per_shape = {s: tuple(spec.space.configs_for(spec.shape_dict(s))) for s in shapes}
-        targets = spec.targets
-        if device.target and device.target not in targets:
-            targets = (*targets, device.target)  # the bench launches need the local arch compiled
-        for config in sorted({c for cs in configs_per_shape.values() for c in cs}):
-            used_by = tuple(s for s in shapes if config in configs_per_shape[s])
-            for target in targets:
-                fp = digest("compile", RECORD_FORMAT, compile_code, config.params, target, used_by,
-                            spec.dtypes, plan.toolchain)
-                out = work / "compile" / spec.name / target / f"{config.id}.json"
-                kp.compile_units.append(CompileUnit(spec.name, config, target, used_by, fp, out))
+        kp.targets = spec.targets
+        if device.target and device.target not in kp.targets:
+            kp.targets = (*kp.targets, device.target)  # the bench launches need the local arch compiled
         for shape in shapes:
             for dtype in spec.dtypes:
                 fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
                 out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
                 kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
                                                 configs_per_shape[shape], fp, out))
+        kp.specializations_path = work / "specialize" / f"{spec.name}.json"
+        kp.specializations = read_table(kp.specializations_path,
+                                        digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain))
+        kp.plan_compiles(plan.toolchain, work)
         plan.kernels.append(kp)
     return plan
 
@@ -177,7 +226,7 @@ class Staleness:
         self.plan = plan
         self._caches: dict[Path, tuple[tuple[int, int], TuningCache, dict[str, TuningRecord]]] = {}
         self._outputs: dict[Path, tuple[tuple[int, int], TuningRecord | None]] = {}
-        self._to_measure: dict[Path, tuple[TuningRecord | None, list[Config]]] = {}
+        self._to_measure: dict[Path, tuple[TuningRecord | None, list[Config], frozenset[Config]]] = {}
 
     def cache(self, kp: KernelPlan) -> TuningCache:
         """The kernel's merged cache, re-read only when the file changed (it is read on every check)."""
@@ -204,12 +253,20 @@ class Staleness:
 
     def configs_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> list[Config]:
         """Planned configs the previous record has not measured (memoized: asked once per compile)."""
+        return self._to_measure_memo(kp, unit)[1]
+
+    def measures(self, kp: KernelPlan, unit: BenchUnit, config: Config) -> bool:
+        """Whether this bench still has to measure ``config`` (a set lookup: asked per compile unit)."""
+        return config in self._to_measure_memo(kp, unit)[2]
+
+    def _to_measure_memo(self, kp: KernelPlan, unit: BenchUnit):
         record = self.previous_record(kp, unit)
         memo = self._to_measure.get(unit.output)
         if memo is None or memo[0] is not record:
             measured = _measured_ids(record)
-            memo = self._to_measure[unit.output] = (record, [c for c in unit.configs if c.id not in measured])
-        return memo[1]
+            todo = [c for c in unit.configs if c.id not in measured]
+            memo = self._to_measure[unit.output] = (record, todo, frozenset(todo))
+        return memo
 
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
         """Done when a record under this fingerprint covers exactly the planned configs."""
@@ -218,10 +275,20 @@ class Staleness:
             len(_measured_ids(record)) == len(unit.configs)
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
-        """A compile runs only when some bench still has to measure its config and it has no result yet."""
+        """A compile runs only when it has no result yet and a bench of one of its launches still
+        has to measure its config."""
         if read_compile_result(unit) is not None:
             return False
-        return any(unit.config in self.configs_to_measure(kp, b) for b in kp.bench_units)
+        return any(self.measures(kp, b, unit.config) for b in map(kp.bench_for, unit.launches) if b is not None)
+
+    def launches_to_specialize(self, kp: KernelPlan) -> list[tuple[str, tuple[int, ...], str, Config]]:
+        """Unspecialized launches whose config a bench still has to measure: nothing else needs a compile."""
+        needed = []
+        for target, shape, dtype, config in kp.unspecialized:
+            bench = kp.bench_for((shape, dtype))
+            if bench is not None and self.measures(kp, bench, config):
+                needed.append((target, shape, dtype, config))
+        return needed
 
     def merge_needed(self, kp: KernelPlan) -> bool:
         """Some planned result is not in the cache as planned, or it holds a local record no longer planned."""

@@ -11,6 +11,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -27,6 +28,7 @@ from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_comp
 from .progress import Progress
 from .select import choose, median_interval
 from .space import Config
+from .specialize import SpecializeRequest, launch_key
 from .tuning_schema import Measurement, TuningRecord
 
 BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
@@ -43,26 +45,64 @@ class TuneSession:
         self.cache_hits = 0
         self.cache_misses = 0
         self.seconds: Counter[str] = Counter()
+        self.specialized: Counter[str] = Counter()
 
     def start_stage(self, stage: str, total: int) -> None:
         """Set the number of tasks the loader found stale; the count grows if more turn up."""
         self.progress[stage] = Progress(stage, total)
 
+    # -- specialize (part of planning) -----------------------------------------------------
+    def specialize(self) -> None:
+        """Capture the specialization of every launch a stale bench needs and the table lacks, in
+        the compile pool (one request per kernel and target, side by side), store the tables, and
+        re-plan those kernels' compile units. Runs before the tasks are handed to doit."""
+        requests: list[tuple[KernelPlan, SpecializeRequest]] = []
+        for kp in self.plan.kernels:
+            wanted: dict[str, dict[tuple[tuple[int, ...], str], list[Config]]] = {}
+            for target, shape, dtype, config in self.staleness.launches_to_specialize(kp):
+                wanted.setdefault(target, {}).setdefault((shape, dtype), []).append(config)
+            spec = kp.spec
+            for target, launches in wanted.items():
+                requests.append((kp, SpecializeRequest(
+                    kernel=spec.name, root=str(self.plan.manifest.root), kernel_ref=spec.kernel,
+                    launch_ref=spec.launch, inputs_ref=spec.inputs, target=target,
+                    launches=tuple((shape, spec.shape_dict(shape), dtype, tuple((c.id, c.as_dict()) for c in configs))
+                                   for (shape, dtype), configs in launches.items()),
+                )))
+        if not requests:
+            return
+        start = time.perf_counter()
+        with ThreadPoolExecutor(len(requests)) as threads:
+            results = list(threads.map(lambda item: self.executors.specialize(item[1]), requests))
+        for (kp, _), result in zip(requests, results):
+            kp.specializations.add(result)
+            self.specialized["launches"] += result.launches
+        for kp in {id(kp): kp for kp, _ in requests}.values():
+            kp.specializations.write(kp.specializations_path)
+            kp.plan_compiles(self.plan.toolchain, self.plan.work_dir)
+            self.specialized["specializations"] += len({u.specialization for u in kp.compile_units})
+        eprint(f"[specialize] {self.specialized['launches']} launches of "
+               f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
+               f"{time.perf_counter() - start:.1f}s (worker start-up included)")
+
     # -- compile ---------------------------------------------------------------------------
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
         spec = kp.spec
+        shape, dtype = unit.representative
         request = CompileRequest(
             kernel=spec.name, root=str(self.plan.manifest.root), kernel_ref=spec.kernel,
             launch_ref=spec.launch, inputs_ref=spec.inputs, config=unit.config.as_dict(), target=unit.target,
-            shapes=tuple(spec.shape_dict(s) for s in unit.shapes), dtypes=spec.dtypes,
+            shapes=(spec.shape_dict(shape),), dtypes=(dtype,),
         )
         start = time.perf_counter()
         result = self.executors.compile(request, unit.config.id)
         self.seconds["compile"] += time.perf_counter() - start
         self.compile_status[result.status] += 1
-        payload = {"fingerprint": unit.fingerprint, "config": unit.config.as_dict(), **asdict(result)}
+        payload = {"fingerprint": unit.fingerprint, "config": unit.config.as_dict(), **asdict(result),
+                   "specialization": unit.specialization,
+                   "launches": [launch_key(s, d) for s, d in unit.launches]}
         write_atomic(unit.output, json.dumps(payload, indent=1, sort_keys=True))
-        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {result.status}")
+        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {unit.specialization} {result.status}")
 
     # -- bench -----------------------------------------------------------------------------
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
@@ -70,7 +110,7 @@ class TuneSession:
         spec = kp.spec
         previous = self.staleness.previous_record(kp, unit)
         to_measure = self.staleness.configs_to_measure(kp, unit)
-        invalid = self._invalid_configs(kp, to_measure)
+        invalid = self._invalid_configs(kp, unit, to_measure)
         start = time.perf_counter()
         measurements: list[ConfigMeasurement] = []
         with self.executors.devices.lease() as lease:
@@ -99,12 +139,12 @@ class TuneSession:
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
         self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}")
 
-    def _invalid_configs(self, kp: KernelPlan, configs: list[Config]) -> dict[str, str]:
+    def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
         targets = kp.bench_targets(self.plan.device)
         invalid = {}
         for config in configs:
-            results = [read_compile_result(c) for c in kp.compiles_for(config, targets)]
+            results = [read_compile_result(c) for c in kp.compiles_for(unit, config, targets)]
             known = [r for r in results if r is not None]
             if known and not any(r.valid for r in known):
                 first = known[0]
@@ -182,6 +222,9 @@ class TuneSession:
     # -- summary ---------------------------------------------------------------------------
     def summary(self) -> str:
         lines = []
+        if self.specialized:
+            lines.append(f"specialize: {self.specialized['launches']} launches captured; "
+                         f"{self.specialized['specializations']} specializations planned")
         if self.compile_status:
             total = sum(self.compile_status.values())
             invalid = {k: v for k, v in sorted(self.compile_status.items()) if k != "ok"}

@@ -14,6 +14,13 @@ Supported: triton 3.6 to 3.9. What this module relies on, and why:
 * A backend's ``add_stages(stages, options, language)`` fills an ordered dict of stages (ttir,
   ttgir, llir, ptx, cubin). Shared memory is allocated in the llir stage; we stop right after it
   when the kernel cannot fit, skipping PTX and ptxas (more than half of such a compile).
+* ``JITFunction.run`` binds the arguments, then calls ``self._do_compile(key, signature, device,
+  constexprs, options, attrs, warmup)`` when its in-memory cache misses, and returns None when
+  that returns None (3.6 and 3.9). Replacing ``_do_compile`` on the kernel object therefore
+  yields the exact signature, constexprs and attrs a launch specializes on, without compiling:
+  the specialization step of the plan.
+* The wheel ships ``cuobjdump`` (``knobs.nvidia.cuobjdump``, 3.6 and 3.9); ``-res-usage`` on a
+  cubin gives registers, stack and local memory per function, with no GPU.
 """
 from __future__ import annotations
 
@@ -55,18 +62,19 @@ def shared_memory_limit(arch: int) -> int:
 class _TargetOnlyDriver:
     """Answers the questions ``JITFunction.run`` asks of a driver, for a GPU that isn't there."""
 
-    def __init__(self, arch: int, torch_device: Any) -> None:
+    def __init__(self, arch: int, torch_device: Any, device_base: int = 1000) -> None:
         from triton.backends.compiler import GPUTarget
 
         self.target = GPUTarget("cuda", arch, 32)
         self._torch_device = torch_device
+        self._device_base = device_base
 
     def get_current_target(self):
         return self.target
 
     def get_current_device(self) -> int:
         # JITFunction keys its per-device binder cache on this: one fake device per target.
-        return 1000 + self.target.arch
+        return self._device_base + self.target.arch
 
     def get_current_stream(self, device=None) -> int:
         return 0
@@ -81,15 +89,21 @@ class _TargetOnlyDriver:
 _driver_lock = threading.Lock()
 
 
+#: Fake device ids for specialization capture: its per-device kernel cache never holds a compile,
+#: so every launch reaches ``_do_compile`` even in a worker that compiled the same kernel.
+_CAPTURE_DEVICE_BASE = 2000
+
+
 @contextlib.contextmanager
-def target_driver(arch: int) -> Iterator[None]:
+def target_driver(arch: int, *, capture: bool = False) -> Iterator[None]:
     """Make Triton compile for ``sm{arch}`` as if that GPU were present."""
     import torch
     from triton.runtime import driver
 
     with _driver_lock:
         previous = driver._active
-        driver.set_active(_TargetOnlyDriver(arch, torch.device("meta")))
+        base = _CAPTURE_DEVICE_BASE if capture else 1000
+        driver.set_active(_TargetOnlyDriver(arch, torch.device("meta"), base))
         try:
             yield
         finally:
@@ -103,6 +117,7 @@ class CapturedCompile:
     hash: str
     shared: int
     name: str
+    cubin: bytes | None = None
 
 
 def jit_function(kernel: Any) -> Any:
@@ -125,7 +140,8 @@ def compile_instead_of_launch(jit_fn: Any) -> Iterator[list[CapturedCompile]]:
 
     def run(*args, grid, warmup, **kwargs):
         kernel = original_run(jit_fn, *args, grid=grid, warmup=True, **kwargs)
-        captured.append(CapturedCompile(kernel.hash, int(kernel.metadata.shared), kernel.metadata.name))
+        captured.append(CapturedCompile(kernel.hash, int(kernel.metadata.shared), kernel.metadata.name,
+                                        kernel.asm.get("cubin")))
         return kernel
 
     jit_fn.run = run
@@ -133,6 +149,121 @@ def compile_instead_of_launch(jit_fn: Any) -> Iterator[list[CapturedCompile]]:
         yield captured
     finally:
         del jit_fn.run
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What a launch specializes on, besides the config: argument types, the values Triton turned
+    into constants (ints equal to 1), divisibility/alignment attrs, and launch options the launch
+    function adds itself. Two launches with equal specializations and configs hit one cache entry."""
+
+    signature: tuple[tuple[str, str], ...]
+    constants: tuple[tuple[str, str], ...]
+    attrs: tuple[tuple[str, str], ...]
+    options: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        """A short human-readable form, e.g. ``a_ptr:*fp16/16 M:i32/16 N:i32 stride_ak=1``."""
+        attrs = dict(self.attrs)
+        parts = [f"{name}:{kind}" + ("/16" if "16" in attrs.get(name, "") else "")
+                 for name, kind in self.signature if kind != "constexpr"]
+        parts += [f"{name}={value}" for name, value in self.constants]
+        parts += [f"{name}={value}" for name, value in self.options]
+        return " ".join(parts)
+
+
+@contextlib.contextmanager
+def capture_specializations(jit_fn: Any, config: dict) -> Iterator[list[Specialization]]:
+    """While active, ``jit_fn[grid](...)`` records its specialization and neither compiles nor
+    launches. Config values (constexprs and launch options) are left out: the compile task
+    names its config separately. Use under ``target_driver(arch, capture=True)``."""
+    jit_fn = jit_function(jit_fn)
+    captured: list[Specialization] = []
+    names = [p.name for p in jit_fn.params]
+    original_run = type(jit_fn).run
+
+    def run(*args, grid, warmup, **kwargs):
+        extra_options = tuple(sorted((k, repr(v)) for k, v in kwargs.items()
+                                     if k not in config and k not in names))
+        seen = len(captured)
+        original_run(jit_fn, *args, grid=grid, warmup=True, **kwargs)
+        if len(captured) == seen:  # answered from an in-memory cache: cannot happen on a capture device
+            raise RuntimeError(f"{jit_fn.__name__}: the launch did not reach the compiler; run the "
+                               f"capture under target_driver(arch, capture=True)")
+        last = captured[-1]
+        captured[-1] = Specialization(last.signature, last.constants, last.attrs, extra_options)
+
+    def do_compile(key, signature, device, constexprs, options, attrs, warmup):
+        def name(path) -> str:
+            return ".".join([names[path[0]], *map(str, path[1:])])
+
+        captured.append(Specialization(
+            signature=tuple((k, str(v)) for k, v in signature.items() if k not in config),
+            constants=tuple(sorted((name(p), repr(getattr(v, "value", v))) for p, v in constexprs.items()
+                                   if names[p[0]] not in config)),
+            attrs=tuple(sorted((name(p), repr(v)) for p, v in attrs.items() if v and names[p[0]] not in config)),
+            options=(),
+        ))
+        return None
+
+    jit_fn.run = run
+    jit_fn._do_compile = do_compile
+    try:
+        yield captured
+    finally:
+        del jit_fn.run
+        del jit_fn._do_compile
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """Per-thread resources of a compiled kernel, read from its cubin (no GPU needed)."""
+
+    registers: int
+    stack_bytes: int
+    local_bytes: int
+
+    @property
+    def spills(self) -> int:
+        """Spilled 32-bit words: local memory per thread / 4, what Triton reports as ``n_spills``
+        (there from the driver's local-size attribute, which covers the stack frame)."""
+        return (self.stack_bytes + self.local_bytes) // 4
+
+
+def cuobjdump_path() -> str | None:
+    """The cuobjdump shipped with the Triton wheel (or TRITON_CUOBJDUMP_PATH), if there is one."""
+    try:
+        from triton import knobs
+
+        return knobs.nvidia.cuobjdump.path
+    except Exception:  # absent from this wheel, or not runnable here
+        return None
+
+
+def resource_usage(cubin: bytes, function: str) -> ResourceUsage | str:
+    """Registers, stack and local memory of ``function`` in a cubin, or why they are unknown."""
+    import re
+    import subprocess
+    import tempfile
+
+    tool = cuobjdump_path()
+    if tool is None:
+        return "no cuobjdump in this Triton installation"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(cubin)
+        handle.flush()
+        try:
+            out = subprocess.run([tool, "-res-usage", handle.name], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"cuobjdump failed: {exc}"
+    match = re.search(rf"Function {re.escape(function)}:\s*\n\s*(.*)", out.stdout)
+    if out.returncode != 0 or match is None:
+        return f"cuobjdump -res-usage gave no line for {function} (exit {out.returncode})"
+    fields = dict(re.findall(r"([A-Z]+):(\d+)", match.group(1)))
+    try:
+        return ResourceUsage(int(fields["REG"]), int(fields.get("STACK", 0)), int(fields.get("LOCAL", 0)))
+    except KeyError:
+        return f"cuobjdump -res-usage printed no REG count for {function}"
 
 
 class SharedMemoryExceeded(Exception):

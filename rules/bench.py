@@ -12,7 +12,7 @@ def tasks(session) -> Iterator[dict]:
            "doc": f"benchmark each shape x dtype on the local device ({device.key}, {device.backend})"}
     for kp, unit in units:
         targets = kp.bench_targets(device)
-        compiles = [c.name for config in unit.configs for c in kp.compiles_for(config, targets)]
+        compiles = [c.name for config in unit.configs for c in kp.compiles_for(unit, config, targets)]
         yield {
             "basename": "bench",
             "name": unit.name.partition(":")[2],

@@ -1,4 +1,4 @@
-"""compile: one task per (kernel, config, target), run on the compile worker pool."""
+"""compile: one task per (kernel, config, specialization, target), run on the compile worker pool."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -12,12 +12,12 @@ def tasks(session) -> Iterator[dict]:
     units.sort(key=lambda item: -cost_estimate(item[1].config.as_dict()))  # doit dispatches in this order
     session.start_stage("compile", sum(staleness.compile_needed(kp, u) for kp, u in units))
     yield {"basename": "compile", "name": None,
-           "doc": "AOT-compile every candidate config for every GPU target (all CPU cores)"}
+           "doc": "AOT-compile every candidate config per specialization and GPU target (all CPU cores)"}
     for kp, unit in units:
         yield {
             "basename": "compile",
             "name": unit.name.partition(":")[2],
-            "doc": f"compile {unit.config.label()} for {unit.target}",
+            "doc": f"compile {unit.config.label()} for {unit.target}, specialization {unit.specialization}",
             "actions": [(session.compile, (kp, unit))],
             "uptodate": [lambda kp=kp, unit=unit: not staleness.compile_needed(kp, unit)],
             "verbosity": 0,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from tunerun import REPO
 
+from aot_tune import triton_compat
 from aot_tune.compile import CompileRequest, CompileResult, cost_estimate
-from aot_tune.executors import Executors
-from aot_tune.hardware import INTERPRETER_DEVICE
 
 pytest.importorskip("triton")
 
@@ -22,17 +21,10 @@ def gemm_request(config: dict, shapes: tuple[dict, ...], target: str = "sm90") -
 SMALL = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
 
 
-@pytest.fixture(scope="module")
-def executors(tmp_path_factory):
-    pool = Executors(INTERPRETER_DEVICE, tmp_path_factory.mktemp("triton-cache"), compile_jobs=1)
-    yield pool
-    pool.close()
-
-
 @pytest.fixture
-def compile_config(executors):
+def compile_config(compile_executors):
     def compile_one(request: CompileRequest, config_id: str) -> CompileResult:
-        return executors.compile(request, config_id)
+        return compile_executors.compile(request, config_id)
     return compile_one
 
 
@@ -46,11 +38,29 @@ def test_one_compile_per_distinct_specialization(compile_config):
     assert 0 < result.shared_bytes <= 232448 and result.seconds > 0
 
 
+def test_registers_and_spills_are_read_from_the_cubin(compile_config):
+    small = compile_config(gemm_request(SMALL, ({"M": 64, "N": 64, "K": 64},)), "small")
+    assert small.resources_unknown == "" and 0 < small.registers <= 255 and small.spills == 0
+    # A 128x256 fp32 accumulator on 4 warps needs 256 registers a thread: ptxas spills.
+    spilling = {**SMALL, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32}
+    big = compile_config(gemm_request(spilling, ({"M": 256, "N": 256, "K": 64},)), "spilling")
+    assert big.valid and big.registers == 255 and big.spills > 0
+    assert big.spills == (big.stack_bytes + big.local_bytes) // 4
+
+
+def test_resources_are_unknown_with_a_reason_without_cuobjdump(monkeypatch):
+    monkeypatch.setattr(triton_compat, "cuobjdump_path", lambda: None)
+    assert triton_compat.resource_usage(b"", "k") == "no cuobjdump in this Triton installation"
+    monkeypatch.setattr(triton_compat, "cuobjdump_path", lambda: "/bin/false")
+    assert "gave no line for k" in triton_compat.resource_usage(b"not a cubin", "k")
+
+
 def test_shared_memory_over_the_target_limit_is_invalid(compile_config):
     huge = {**SMALL, "BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 4}
     result = compile_config(gemm_request(huge, ({"M": 512, "N": 512, "K": 512},), "sm80"), "huge")
     assert result.status == "shared_memory"
     assert result.shared_bytes > 166912 and "sm80 allows 166912" in result.message
+    assert result.registers is None and result.resources_unknown == "no cubin: the compile stopped (shared_memory)"
 
 
 def test_a_kernel_compile_error_is_a_typed_result(compile_config):

@@ -64,12 +64,13 @@ def tune(project: Path, *args: str, check: bool = True):
 
 def test_first_run_compiles_benches_merges_and_generates(project, first_run):
     names = executed(first_run)
-    assert sum(n.startswith("compile:vector_add:") for n in names) == 6  # 3 configs x 2 targets
+    # 3 configs x 2 dtypes x 2 targets: n=1000 and n=3000 specialize alike (neither divisible by 16)
+    assert sum(n.startswith("compile:vector_add:") for n in names) == 12
     assert sum(n.startswith("bench:vector_add:interpreter:") for n in names) == 4  # 2 shapes x 2 dtypes
     assert {"merge:vector_add", "generate:vector_add", "generate:softmax"} <= set(names)
     assert (project / "generated" / "vector_add.tuning.pb").exists()
     assert "[bench] 5/5 done" in first_run.stderr  # progress lines
-    assert "compile: 10 compiled, 8 valid, 2 invalid (compile_error 2)" in first_run.stderr
+    assert "compile: 16 compiled, 12 valid, 4 invalid (compile_error 4)" in first_run.stderr
 
 
 def test_invalid_config_is_recorded_and_never_chosen(project, first_run):
@@ -132,19 +133,27 @@ def test_generated_module_is_deterministic(project, first_run):
 def test_second_run_executes_nothing(project, first_run):
     start = time.monotonic()
     proc = tune(project)
-    assert executed(proc) == []
+    assert executed(proc) == [] and "[specialize]" not in proc.stderr
     assert time.monotonic() - start < 10  # no worker was started: a no-op is cheap
 
 
-def test_new_shape_benches_only_that_shape(project, first_run):
+def test_new_shapes_bench_only_those_and_compile_only_a_new_specialization(project, first_run):
+    """N=120 specializes as N=100 does (not divisible by 16): its launches reuse those compiles.
+    N=112 is divisible by 16: a new specialization, compiled once per config and target."""
     manifest = project / "tuning.yaml"
     original = manifest.read_text()
-    manifest.write_text(original.replace("      - {M: 4, N: 100}", "      - {M: 4, N: 100}\n      - {M: 2, N: 120}"))
+    manifest.write_text(original.replace("      - {M: 4, N: 100}",
+                                         "      - {M: 4, N: 100}\n      - {M: 2, N: 120}\n      - {M: 2, N: 112}"))
     try:
-        names = executed(tune(project, "softmax"))
+        proc = tune(project, "softmax")
     finally:
         manifest.write_text(original)
-    assert [n for n in names if n.startswith("bench:")] == ["bench:softmax:interpreter:float16:2x120"]
+    names = executed(proc)
+    assert sorted(n for n in names if n.startswith("bench:")) == \
+        ["bench:softmax:interpreter:float16:2x112", "bench:softmax:interpreter:float16:2x120"]
+    compiles = [n for n in names if n.startswith("compile:")]
+    assert len(compiles) == 4 and len({n.split(":")[3] for n in compiles}) == 1  # 2 configs x 2 targets
+    assert "[specialize] 8 launches of softmax" in proc.stderr  # only the new shapes' launches
     assert not any("vector_add" in n for n in names)
 
 
@@ -178,7 +187,7 @@ def test_two_concurrent_runs_one_refuses_the_other_finishes(tmp_path):
     assert executed(tune(project)) == []  # the first run finished everything, untouched by the second
 
 
-@pytest.mark.parametrize("kill_at", ["after-two-shapes", "random-1", "random-2"])
+@pytest.mark.parametrize("kill_at", ["after-two-shapes", "mid-compile", "random-1"])
 def test_killed_run_keeps_every_file_parseable_and_resumes(tmp_path, kill_at):
     """SIGKILL the whole run (mid-bench, or at a seeded random moment); every durable file still
     parses, and the next run completes without redoing the shapes that had finished."""
@@ -193,14 +202,20 @@ def test_killed_run_keeps_every_file_parseable_and_resumes(tmp_path, kill_at):
                            env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     bench_dir = project / ".aot_tune" / "bench"
-    if kill_at == "after-two-shapes":
+    compile_dir = project / ".aot_tune" / "compile"
+    if kill_at in ("after-two-shapes", "mid-compile"):
+        done = (lambda: len(list(bench_dir.rglob("*.pb"))) >= 2) if kill_at == "after-two-shapes" else \
+            (lambda: len(list(compile_dir.rglob("*.json"))) >= 3)
         deadline = time.monotonic() + 300
-        while len(list(bench_dir.rglob("*.pb"))) < 2 and run.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while not done() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
     else:
         time.sleep(random.Random(kill_at).uniform(0.5, 12.0))
     os.killpg(run.pid, signal.SIGKILL)
     run.wait()
+    compiled = {"compile:" + ":".join(p.relative_to(compile_dir).with_suffix("").parts)
+                for p in compile_dir.rglob("*.json")} if compile_dir.exists() else set()
+    specialized = all((project / ".aot_tune" / "specialize" / f"{k}.json").exists() for k in ("vector_add", "softmax"))
     finished = sorted(p.name for p in bench_dir.rglob("*.pb")) if bench_dir.exists() else []
     if kill_at == "after-two-shapes":
         assert len(finished) >= 2, "the run ended before it could be killed mid-way"
@@ -208,9 +223,15 @@ def test_killed_run_keeps_every_file_parseable_and_resumes(tmp_path, kill_at):
         read_record(path)  # every durable output parses: written atomically or not at all
     for cache in (project / "generated").glob("*.pb") if (project / "generated").exists() else ():
         read_cache(cache)
-    names = executed(tune(project))
+    if kill_at == "mid-compile":
+        assert specialized and len(compiled) >= 3 and not finished, "the run was not killed among its compiles"
+    resumed = tune(project)
+    names = executed(resumed)
     rerun = {n.rsplit(":", 2)[-2] + "-" + n.rsplit(":", 1)[-1] + ".pb" for n in names if n.startswith("bench:")}
     assert not rerun & set(finished), "finished shapes were benchmarked again"
+    assert not compiled & set(names), "finished compiles ran again"
+    if specialized:
+        assert "[specialize]" not in resumed.stderr, "launches were specialized again"
     assert (project / "generated" / "vector_add.py").exists()
     assert doit_check(project).returncode == 0
 
@@ -246,7 +267,7 @@ def test_adding_a_config_compiles_and_measures_only_that_config(project, first_r
     try:
         added = tune(project, "vector_add")
         compiles = [n for n in executed(added) if n.startswith("compile:")]
-        assert len(compiles) == 2  # the new config, for sm80 and sm90
+        assert len(compiles) == 4  # the new config, for its 2 specializations (dtypes) and 2 targets
         assert "bench: 4 config measurements" in added.stderr  # one per shape x dtype, nothing re-measured
     finally:
         manifest.write_text(original)
