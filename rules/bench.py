@@ -7,6 +7,9 @@ from typing import Iterator
 def tasks(session) -> Iterator[dict]:
     staleness, device = session.staleness, session.plan.device
     units = [(kp, u) for kp in session.plan.kernels for u in kp.bench_units]
+    # Longest first, so the last tasks on each GPU are short ones: a config costs about warmup +
+    # rep whatever its shape, so a task's cost is its config count. doit dispatches in this order.
+    units.sort(key=lambda item: -len(item[1].configs))
     session.start_stage("bench", sum(not staleness.bench_done(kp, u) for kp, u in units))
     yield {"basename": "bench", "name": None,
            "doc": f"benchmark each shape x dtype on the local device ({device.key}, {device.backend})"}

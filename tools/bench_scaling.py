@@ -1,0 +1,83 @@
+"""Bench-stage scaling over GPUs: the same manifest benchmarked on 1 GPU and on N GPUs.
+
+1. A scratch copy of this repo's kernels and tuning.yaml (no caches) is tuned once on GPU 0, so
+   every compile (and Triton's disk cache) exists.
+2. For each GPU count, a fresh copy receives those compile outputs but no bench outputs or
+   caches, and `doit tune` runs with CUDA_VISIBLE_DEVICES set to that many GPUs: only the bench
+   stage (plus merge and generate) runs, so its wall time is the bench stage's.
+
+Prints wall time, speedup over 1 GPU and efficiency (speedup / GPUs); `--keep DIR` copies the
+generated/ folder of the widest run to DIR. Runs where doit is importable (pass its wheel on
+PYTHONPATH on a machine without it).
+
+Usage: PYTHONPATH=. python3 tools/bench_scaling.py --gpus 1 2 [--kernels gemm softmax]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fresh_project(where: Path) -> Path:
+    where.mkdir(parents=True)
+    shutil.copytree(ROOT / "kernels", where / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "tuning.yaml", where / "tuning.yaml")
+    (where / "generated").mkdir()
+    return where
+
+
+def tune(project: Path, gpus: int, kernels: list[str]) -> float:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    began = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "doit", "tune", *kernels], cwd=project, env=env,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - began
+    summary = [line for line in proc.stderr.splitlines() if line.startswith(("compile:", "bench:", "specialize:"))]
+    print(f"  {gpus} GPU(s): {wall:.1f} s; " + " | ".join(summary), flush=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench_scaling: doit tune failed in {project}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--kernels", nargs="*", default=[])
+    parser.add_argument("--keep", type=Path, help="copy the widest run's generated/ here")
+    args = parser.parse_args()
+    import torch
+
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.device_count()} x "
+          f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores")
+    print(f"# PYTHONPATH=. python3 tools/bench_scaling.py {' '.join(sys.argv[1:])}")
+    with tempfile.TemporaryDirectory() as scratch:
+        base = fresh_project(Path(scratch) / "compiled")
+        print("compile everything once (and bench on 1 GPU):", flush=True)
+        tune(base, 1, args.kernels)
+        walls = {}
+        for gpus in args.gpus:
+            project = fresh_project(Path(scratch) / f"gpus-{gpus}")
+            shutil.copytree(base / ".aot_tune", project / ".aot_tune",
+                            ignore=shutil.ignore_patterns("bench", "doit.sqlite3*", "run.lock"))
+            walls[gpus] = tune(project, gpus, args.kernels)
+        if args.keep:
+            shutil.copytree(Path(scratch) / f"gpus-{max(args.gpus)}" / "generated", args.keep, dirs_exist_ok=True)
+    first = min(walls)
+    print("\n| GPUs | bench-stage wall | speedup | efficiency |\n|---|---|---|---|")
+    for gpus, wall in sorted(walls.items()):
+        speedup = walls[first] / wall * first
+        print(f"| {gpus} | {wall:.1f} s | {speedup:.2f}x | {speedup / gpus:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
