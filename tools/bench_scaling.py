@@ -6,7 +6,8 @@
    caches, and `doit tune` runs with CUDA_VISIBLE_DEVICES set to that many GPUs: only the bench
    stage (plus merge and generate) runs, so its wall time is the bench stage's.
 
-Prints wall time, speedup over 1 GPU and efficiency (speedup / GPUs); `--keep DIR` copies the
+Prints the bench stage's time (from its progress lines: first lease to last result, without
+doit's start-up, planning, merge and generate), speedup over 1 GPU and efficiency (speedup / GPUs); `--keep DIR` copies the
 generated/ folder of the widest run to DIR. Runs where doit is importable (pass its wheel on
 PYTHONPATH on a machine without it).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,10 +45,12 @@ def tune(project: Path, gpus: int, kernels: list[str]) -> float:
                           capture_output=True, text=True)
     wall = time.perf_counter() - began
     summary = [line for line in proc.stderr.splitlines() if line.startswith(("compile:", "bench:", "specialize:"))]
-    print(f"  {gpus} GPU(s): {wall:.1f} s; " + " | ".join(summary), flush=True)
+    stage = [float(m.group(1)) for m in re.finditer(r"\[bench\] (?:\d+)/(?:\d+) done, ([\d.]+)s elapsed", proc.stderr)]
+    print(f"  {gpus} GPU(s): {wall:.1f} s wall, bench stage {stage[-1] if stage else float('nan'):.1f} s; "
+          + " | ".join(summary), flush=True)
     if proc.returncode != 0:
         sys.exit(f"bench_scaling: doit tune failed in {project}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return wall
+    return stage[-1] if stage else wall
 
 
 def main() -> None:
@@ -73,7 +77,7 @@ def main() -> None:
         if args.keep:
             shutil.copytree(Path(scratch) / f"gpus-{max(args.gpus)}" / "generated", args.keep, dirs_exist_ok=True)
     first = min(walls)
-    print("\n| GPUs | bench-stage wall | speedup | efficiency |\n|---|---|---|---|")
+    print("\n| GPUs | bench stage | speedup | efficiency |\n|---|---|---|---|")
     for gpus, wall in sorted(walls.items()):
         speedup = walls[first] / wall * first
         print(f"| {gpus} | {wall:.1f} s | {speedup:.2f}x | {speedup / gpus:.0%} |")

@@ -70,19 +70,37 @@ class DevicePool:
         self._free: queue.Queue[int] = queue.Queue()
         for index in range(device_count):
             self._free.put(index)
-        self._lock = threading.Lock()
+        # One lock per device: starting one worker (seconds: torch, CUDA) never blocks another's lease.
+        self._locks = [threading.Lock() for _ in range(device_count)]
+        self._warming = threading.Lock()
+        self._warm_started = False
         self._context = multiprocessing.get_context("spawn")
 
     @contextlib.contextmanager
     def lease(self) -> Iterator[DeviceLease]:
+        self._start_all_once()
         index = self._free.get()
         try:
             yield DeviceLease(self, index)
         finally:
             self._free.put(index)
 
+    def _start_all_once(self) -> None:
+        """On the first lease, start every device's worker at once, so no GPU waits on another's
+        start-up. A worker that fails to start fails the lease that needs it, with its reason."""
+        with self._warming:
+            if self._warm_started:
+                return
+            self._warm_started = True
+        for index in range(len(self._locks)):
+            threading.Thread(target=self._warm, args=(index,), name=f"aot_tune-warm-{index}", daemon=True).start()
+
+    def _warm(self, index: int) -> None:
+        with contextlib.suppress(Exception):
+            self.worker(index)
+
     def worker(self, index: int) -> _Worker:
-        with self._lock:
+        with self._locks[index]:
             worker = self._workers.get(index)
             if worker is None or not worker.process.is_alive():
                 worker = self._workers[index] = self._start(index)
@@ -105,15 +123,19 @@ class DevicePool:
         return _Worker(process, parent, parent.recv())
 
     def discard(self, index: int) -> None:
-        with self._lock:
+        with self._locks[index]:
             worker = self._workers.pop(index, None)
         if worker is not None:
             worker.process.kill()
             worker.process.join(5)
 
     def close(self) -> None:
-        with self._lock:
-            workers, self._workers = list(self._workers.values()), {}
+        workers = []
+        for index, lock in enumerate(self._locks):
+            with lock:  # waits for a start in flight, so no worker outlives the pool
+                worker = self._workers.pop(index, None)
+            if worker is not None:
+                workers.append(worker)
         for worker in workers:
             with contextlib.suppress(OSError, BrokenPipeError):
                 worker.conn.send(None)
