@@ -87,6 +87,8 @@ class TuneSession:
 
     # -- compile ---------------------------------------------------------------------------
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+        if "bench" in self.progress and self.progress["bench"].total:
+            self.executors.devices.start()  # device workers start while the compiles run
         spec = kp.spec
         shape, dtype = unit.representative
         request = CompileRequest(

@@ -45,12 +45,19 @@ def tune(project: Path, gpus: int, kernels: list[str]) -> float:
                           capture_output=True, text=True)
     wall = time.perf_counter() - began
     summary = [line for line in proc.stderr.splitlines() if line.startswith(("compile:", "bench:", "specialize:"))]
-    stage = [float(m.group(1)) for m in re.finditer(r"\[bench\] (?:\d+)/(?:\d+) done, ([\d.]+)s elapsed", proc.stderr)]
+    stage = [_seconds(m.group(1)) for m in re.finditer(r"\[bench\] \d+/\d+ done, (\S+) elapsed", proc.stderr)]
     print(f"  {gpus} GPU(s): {wall:.1f} s wall, bench stage {stage[-1] if stage else float('nan'):.1f} s; "
           + " | ".join(summary), flush=True)
     if proc.returncode != 0:
         sys.exit(f"bench_scaling: doit tune failed in {project}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return stage[-1] if stage else wall
+
+
+def _seconds(duration: str) -> float:
+    """'41.3s', '1m23s' or '2h05m' (aot_tune.progress) in seconds."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:([\d.]+)s)?", duration)
+    hours, minutes, seconds = (float(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def main() -> None:

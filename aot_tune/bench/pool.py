@@ -85,9 +85,13 @@ class DevicePool:
         finally:
             self._free.put(index)
 
+    def start(self) -> None:
+        """Start every device's worker in the background now (e.g. while compiles run)."""
+        self._start_all_once()
+
     def _start_all_once(self) -> None:
-        """On the first lease, start every device's worker at once, so no GPU waits on another's
-        start-up. A worker that fails to start fails the lease that needs it, with its reason."""
+        """Start every device's worker at once, so no GPU waits on another's start-up. A worker
+        that fails to start fails the lease that needs it, with its reason."""
         with self._warming:
             if self._warm_started:
                 return
