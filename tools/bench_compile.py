@@ -24,9 +24,11 @@ sequential time of the whole fan-out set from the configs measured, and says so.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -36,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SEQUENTIAL_CACHE = tempfile.mkdtemp(prefix="aot_tune-seq-cache-")
+atexit.register(shutil.rmtree, SEQUENTIAL_CACHE, True)  # cubins of hundreds of configs add up
 os.environ["TRITON_CACHE_DIR"] = SEQUENTIAL_CACHE  # before triton is imported, for the sequential pass
 os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, str(ROOT))
@@ -74,7 +77,8 @@ def fanout(configs: list[Config], target: str, shape: dict, jobs: int) -> tuple[
     from aot_tune.executors import Executors
     from aot_tune.hardware import INTERPRETER_DEVICE
 
-    executors = Executors(INTERPRETER_DEVICE, Path(tempfile.mkdtemp(prefix="aot_tune-fan-cache-")), jobs)
+    cache = Path(tempfile.mkdtemp(prefix="aot_tune-fan-cache-"))
+    executors = Executors(INTERPRETER_DEVICE, cache, jobs)
     longest_first = sorted(configs, key=lambda c: -cost_estimate(c.as_dict()))  # as the compile rule orders them
     start = time.perf_counter()  # includes starting the workers: a real run pays it too
     try:
@@ -84,6 +88,7 @@ def fanout(configs: list[Config], target: str, shape: dict, jobs: int) -> tuple[
             results = [done[c] for c in configs]
     finally:
         executors.close()
+        shutil.rmtree(cache, ignore_errors=True)
     return time.perf_counter() - start, results
 
 
