@@ -253,12 +253,17 @@ def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple
 
 
 def _time_events(launch: Callable[[int], Any], sets: int, runs: int, first_set: int) -> list[float]:
+    return _event_times(runs, lambda i: launch((first_set + i) % sets))
+
+
+def _event_times(runs: int, body: Callable[[int], Any]) -> list[float]:
+    """GPU ms of ``body(i)`` for i in range(runs), a pair of CUDA events around each call."""
     import torch
 
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
     for i, (start, end) in enumerate(pairs):
         start.record()
-        launch((first_set + i) % sets)
+        body(i)
         end.record()
     torch.cuda.synchronize()
     return [start.elapsed_time(end) for start, end in pairs]
@@ -288,21 +293,9 @@ def _time_graph(launch: Callable[[int], Any], rotation: Rotation, settings: Benc
     else:
         return None
     captured = time.perf_counter()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    per_sample = max(start.elapsed_time(end), 1e-4)
+    per_sample = max(_event_times(1, lambda _: graph.replay())[0], 1e-4)
     runs = _clamp(math.ceil(settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
-    for s, e in pairs:
-        s.record()
-        graph.replay()
-        e.record()
-    torch.cuda.synchronize()
-    times = [s.elapsed_time(e) / k for s, e in pairs]
-    del graph
+    times = [t / k for t in _event_times(runs, lambda _: graph.replay())]
     return Timing(times, "graph", k, rotation.cold_l2 and k >= rotation.sets,
                   {"capture": captured - began})
 
@@ -312,14 +305,12 @@ def _replay_writes(graph: Any, output: Any) -> bool:
     and look. (Outputs that are not floating-point tensors cannot be poisoned; trusted.)"""
     import torch
 
-    if not (isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel()):
-        graph.replay()
-        torch.cuda.synchronize()
-        return True
-    output.fill_(float("nan"))
+    poisoned = isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel() > 0
+    if poisoned:
+        output.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    return not bool(torch.isnan(output).all().item())
+    return not poisoned or not bool(torch.isnan(output).all().item())
 
 
 def _clamp(value: int, low: int, high: int) -> int:
