@@ -16,6 +16,8 @@ callable of the meta-parameters. A launch never benchmarks and compiles only the
 
 This module imports neither torch nor triton: ``import aot_tune`` stays cheap for the tuner's own
 processes, and by the time a kernel is decorated its author has imported triton anyway.
+Decorated kernels use :mod:`aot_tune.warm_start`, so a process's first launch of a compiled config
+skips Triton's hash of its own installation.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import operator
 import types
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import warm_start
 from .devices import INTERPRETER
 from .errors import TuneError
 from .runtime import FORCED, ForcedConfig, TunedTable, cuda_device_key, uniform_device_key
@@ -87,6 +90,7 @@ class TunedKernel:
         # one key arg: the value itself, several: a tuple (as _lookup builds the memo key)
         self._key_getter = operator.itemgetter(*(index for index, _ in self._key_slots)) if self.keys else _no_key
         self._interpreted = _is_interpreted(fn)
+        warm_start.install(fn)  # the first launch in a process loads the tuned kernel, see warm_start
         self._device: str | None = None  # set once the device is known not to change between launches
         self._chosen: dict[tuple, tuple[dict, Callable | None]] = {}
 

@@ -96,3 +96,28 @@ def test_second_run_executes_nothing_and_check_passes(tuned):
     assert not [line for line in proc.stdout.splitlines() if line.startswith(".  ")]
     check = doit(project, "check")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_warm_start_launches_without_tritons_installation_hash(tuned, tmp_path):
+    """A second process's first launch of a decorated kernel loads it through the warm-start
+    index: correct output, and Triton's libtriton hash never runs."""
+    project, _ = tuned
+    code = textwrap.dedent("""
+        import json
+        import triton.runtime.cache as triton_cache
+        calls = []
+        original = triton_cache.triton_key
+        triton_cache.triton_key = lambda: calls.append(1) or original()
+        import torch
+        from kernels import vector_add
+        x, y = vector_add.make_inputs({"n": 1048576}, torch.float16, "cuda")
+        ok = torch.equal(vector_add.add(x, y), vector_add.reference(x, y))
+        print(json.dumps({"ok": ok, "triton_key_calls": len(calls)}))
+    """)
+    env = {**subprocess_env(project), "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        runs.append(out.stdout.strip().splitlines()[-1])
+    assert runs == ['{"ok": true, "triton_key_calls": 1}', '{"ok": true, "triton_key_calls": 0}']
