@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +46,8 @@ class TuneSession:
         self.cache_hits = 0
         self.cache_misses = 0
         self.seconds: Counter[str] = Counter()
+        self.bench_window: list[float] = []  # monotonic: first bench task's start, last one's end
+        self._window_lock = threading.Lock()
         self.specialized: Counter[str] = Counter()
 
     def start_stage(self, stage: str, total: int) -> None:
@@ -114,23 +117,22 @@ class TuneSession:
         to_measure = self.staleness.configs_to_measure(kp, unit)
         invalid = self._invalid_configs(kp, unit, to_measure)
         start = time.perf_counter()
+        self._widen_bench_window(time.monotonic())
         measurements: list[ConfigMeasurement] = []
+        measurements.extend(ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid)
+        requests = [BenchRequest(kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+                                 inputs_ref=spec.inputs, reference_ref=spec.reference,
+                                 shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+                                 config_id=config.id, config=config.params, settings=spec.bench)
+                    for config in to_measure if config.id not in invalid]
         with self.executors.devices.lease() as lease:
             info = lease.info
-            for config in to_measure:
-                if config.id in invalid:
-                    measurements.append(ConfigMeasurement(config.id, "invalid", invalid[config.id]))
-                    continue
-                request = BenchRequest(
-                    kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
-                    inputs_ref=spec.inputs, reference_ref=spec.reference,
-                    shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
-                    config_id=config.id, config=config.params, settings=spec.bench,
-                )
-                measurements.append(lease.measure(request, BENCH_TIMEOUT_S[self.plan.device.backend]))
+            if requests:
+                measurements.extend(lease.measure_all(requests, BENCH_TIMEOUT_S[self.plan.device.backend]))
             self.cache_hits += lease.cache_hits
             self.cache_misses += lease.cache_misses
         elapsed = time.perf_counter() - start
+        self._widen_bench_window(time.monotonic())
         self.seconds["bench"] += elapsed
         self.bench_status.update(m.status for m in measurements)
         record = self._record(kp, unit, info, previous, measurements, elapsed)
@@ -140,6 +142,11 @@ class TuneSession:
             return TaskFailed(_no_config_passed(unit, record))
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
         self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}")
+
+    def _widen_bench_window(self, now: float) -> None:
+        with self._window_lock:
+            window = self.bench_window
+            window[:] = [min(window[0], now), max(window[1], now)] if window else [now, now]
 
     def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
@@ -242,7 +249,20 @@ class TuneSession:
                 rate = 100.0 * self.cache_hits / lookups if lookups else 100.0
                 line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
             lines.append(line)
+            lines.append(self._bench_timing())
         return "\n".join(lines)
+
+
+    def _bench_timing(self) -> str:
+        """The bench stage's wall time, and how much of it waited for device workers to start
+        (torch and CUDA start-up: in a full run they start while the compiles run)."""
+        first, last = self.bench_window
+        pool = self.executors.devices
+        ready = pool.ready_at or first
+        waited = max(0.0, min(ready, last) - first)
+        return (f"bench stage: {last - first:.1f}s on {self.plan.device.count} device(s), "
+                f"{last - first - waited:.1f}s of it after the device workers were up "
+                f"(start-up {ready - (pool.started_at or ready):.1f}s, {waited:.1f}s of it waited for)")
 
 
 def _measurement_proto(m: ConfigMeasurement, config: Config) -> Measurement:

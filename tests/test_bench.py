@@ -135,3 +135,15 @@ def test_a_hanging_config_times_out_and_the_next_one_runs(pool):
     result = measure(pool, planted(4), timeout_s=15.0)
     assert result.status == "timeout", result
     assert measure(pool, planted(0, block=32)).status == "ok"
+
+
+def test_a_batch_goes_on_past_crashes_hangs_and_wrong_results(pool):
+    """One bench task's configs go to the worker as one batch: a config that kills the worker or
+    hangs costs only itself, and the configs after it are measured by a fresh worker."""
+    batch = [planted(0, block=32), planted(3), planted(0, block=64), planted(4), planted(1), planted(0, block=128)]
+    with pool.lease() as lease:
+        results = {r.config_id: r for r in lease.measure_all(batch, 15.0)}
+    assert sorted(results) == sorted(r.config_id for r in batch)
+    statuses = {config_id: r.status for config_id, r in results.items()}
+    assert statuses == {"fault0-block32": "ok", "fault3-block64": "crashed", "fault0-block64": "ok",
+                        "fault4-block64": "timeout", "fault1-block64": "wrong_result", "fault0-block128": "ok"}

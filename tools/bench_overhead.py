@@ -1,12 +1,14 @@
 """Our bench engine against Triton's do_bench, as @triton.autotune calls it, on the same work.
 
 For sampled configs of the repo's kernels on the shapes of tuning.yaml, each config is measured
-``--repeats`` times by each side, interleaved, in one process on one GPU:
+``--repeats`` times by each side, the sides interleaved per shape, in one process on one GPU:
 
 * do_bench: ``triton.testing.do_bench(fn, quantiles=(0.5, 0.2, 0.8))`` with its defaults
   (warmup 25 ms, rep 100 ms, a 256 MB L2 flush before every timed run), as the autotuner does;
 * ours: aot_tune.bench.measure with the kernel's bench settings from tuning.yaml (what
-  `doit tune` runs), including its correctness check on fresh inputs.
+  `doit tune` runs), including its correctness check on fresh inputs: one pass over the shape's
+  sampled configs per repeat, pipelined as a bench task runs them (its wall time is shared out
+  evenly among them).
 
 It prints wall time per config, the share of wall time the GPU spent in the measured kernel
 launches, and the spread of repeated medians of one config ((max - min) / median; lower is more
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aot_tune.bench.measure import Workload, measure_config  # noqa: E402
+from aot_tune.bench.measure import Workload, measure_configs  # noqa: E402
 from aot_tune.bench.records import BenchRequest  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402
 from aot_tune.space import Config  # noqa: E402
@@ -72,13 +74,14 @@ def do_bench_side(workload: Workload, config: dict):
     return median, wall, median * timed_runs
 
 
-def our_side(request: BenchRequest, workload: Workload, l2_bytes: int, clocks):
+def our_side(requests: list[BenchRequest], workload: Workload, l2_bytes: int, clocks):
+    """(results by config id, wall s, GPU ms in timed launches) for one pass of the engine over a
+    shape's configs, pipelined as the bench stage runs them."""
     began = time.perf_counter()
-    result = measure_config(request, workload, "cuda", l2_bytes, clocks)
+    results = {r.config_id: r for r in measure_configs(requests, workload, "cuda", l2_bytes, clocks)}
     wall = time.perf_counter() - began
-    if not result.ok:
-        return None, wall, 0.0, result
-    return statistics.median(result.times_ms), wall, sum(result.times_ms) * result.launches_per_sample, result
+    gpu = sum(sum(r.times_ms) * r.launches_per_sample for r in results.values() if r.ok)
+    return results, wall, gpu
 
 
 def spread(values: list[float]) -> float:
@@ -107,46 +110,56 @@ def compare(args) -> None:
             began = time.perf_counter()
             workload = Workload(request_for(spec, shape, dtype, configs[0]), "cuda:0")
             totals["ours"][0] += time.perf_counter() - began
+            runnable = []
             for config in configs:
-                request = request_for(spec, shape, dtype, config)
                 try:  # compile and load outside both sides' timings (both find a warm cache)
                     workload.run(0, config.as_dict())
                     torch.cuda.synchronize()
+                    runnable.append(config)
                 except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory: neither side can time it
                     print(f"  skip {name} {shape} {config.label()}: {type(exc).__name__}", flush=True)
-                    continue
-                ours, theirs, method, walls = [], [], "", [0.0, 0.0]
-                for _ in range(args.repeats):
-                    median, wall, gpu, result = our_side(request, workload, l2_bytes, clocks)
-                    if median is None:
+            requests = [request_for(spec, shape, dtype, config) for config in runnable]
+            ours: dict[str, list] = {c.id: [] for c in runnable}
+            theirs: dict[str, list] = {c.id: [] for c in runnable}
+            walls = {c.id: [0.0, 0.0] for c in runnable}
+            methods: dict[str, str] = {}
+            for _ in range(args.repeats):  # one pass of ours over the shape's configs, then do_bench's
+                results, wall, gpu = our_side(requests, workload, l2_bytes, clocks)
+                totals["ours"][0] += wall
+                totals["ours"][1] += gpu
+                for config in runnable:
+                    result = results[config.id]
+                    walls[config.id][0] += wall / len(runnable)
+                    if not result.ok:
                         print(f"  {name} {config.label()}: {result.status} {result.message}", flush=True)
-                        break
-                    ours.append(median)
+                        continue
+                    ours[config.id].append(statistics.median(result.times_ms))
+                    methods[config.id] = f"{result.method}x{result.launches_per_sample}" \
+                        if result.launches_per_sample > 1 else result.method
                     for phase, seconds in result.phase_seconds.items():
                         phases[phase] = phases.get(phase, 0.0) + seconds
                     if args.verbose:
                         c = result.clocks_start, result.clocks_end
-                        print(f"    ours {median * 1e3:.1f} us, SM clock {c[0].sm_mhz}->{c[1].sm_mhz} MHz, memory "
-                              f"{c[0].memory_mhz}->{c[1].memory_mhz} MHz, phases " + ", ".join(
+                        print(f"    ours {config.id} {ours[config.id][-1] * 1e3:.1f} us, SM clock {c[0].sm_mhz}->"
+                              f"{c[1].sm_mhz} MHz, memory {c[0].memory_mhz}->{c[1].memory_mhz} MHz, phases " + ", ".join(
                                   f"{k} {v * 1e3:.1f} ms" for k, v in result.phase_seconds.items()), flush=True)
-                    walls[0] += wall
-                    totals["ours"][0] += wall
-                    totals["ours"][1] += gpu
-                    method = f"{result.method}x{result.launches_per_sample}" if result.launches_per_sample > 1 \
-                        else result.method
+                for config in runnable:
                     t_median, t_wall, t_gpu = do_bench_side(workload, config.as_dict())
-                    theirs.append(t_median)
-                    walls[1] += t_wall
+                    theirs[config.id].append(t_median)
+                    walls[config.id][1] += t_wall
                     totals["do_bench"][0] += t_wall
                     totals["do_bench"][1] += t_gpu
-                if len(ours) == args.repeats:
-                    rows.append((name, "x".join(map(str, shape)), config.id, method, statistics.median(ours),
-                                 statistics.median(theirs), spread(ours), spread(theirs), *walls))
-                    print(f"  {rows[-1][0]} {rows[-1][1]} {config.id} {method}: ours {rows[-1][4]*1e3:.1f} us "
+            for config in runnable:
+                if len(ours[config.id]) == args.repeats:
+                    rows.append((name, "x".join(map(str, shape)), config.id, methods[config.id],
+                                 statistics.median(ours[config.id]), statistics.median(theirs[config.id]),
+                                 spread(ours[config.id]), spread(theirs[config.id]), *walls[config.id]))
+                    print(f"  {rows[-1][0]} {rows[-1][1]} {config.id} {rows[-1][3]}: ours {rows[-1][4]*1e3:.1f} us "
                           f"(spread {rows[-1][6]:.2%}), do_bench {rows[-1][5]*1e3:.1f} us (spread {rows[-1][7]:.2%})",
                           flush=True)
     report(rows, totals, args)
-    print("ours, wall time by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
+    print("ours, wall time by phase (capture overlaps the previous config's timed phase): "
+          + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
           + f", other {totals['ours'][0] - sum(phases.values()):.2f} s")
 
 

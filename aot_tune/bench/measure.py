@@ -18,6 +18,10 @@ Timing (CUDA), in three steps:
    other inputs in between, twice the device's L2 by default). The GPU spends the whole timed
    phase in the kernel under test, instead of zeroing a 256 MB buffer before every run.
 
+The configs of one shape are measured as a pipeline that keeps the GPU busy: the host captures
+the next config's CUDA graph (one Python launch per captured launch, the costly part of timing a
+short kernel) while the GPU runs the previous config's timed launches.
+
 Interpreter: wall clock on the CPU, a functional check with a rough time; its table is only
 ever used under the interpreter.
 """
@@ -28,7 +32,7 @@ import time
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from ..loading import resolve
 from ..runtime import launch_with_config
@@ -171,9 +175,50 @@ class Timing:
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
 
+Announce = Callable[[str, str], None]  # (config id, phase) before each phase that may crash or hang
+
+
+def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
+                    clocks: GpuClocks | None = None, announce: Announce | None = None) -> Iterator[ConfigMeasurement]:
+    """Check and time configs of one (kernel, shape, dtype), one after another, keeping the GPU
+    busy: while the GPU runs one config's timed launches, the host captures the next config's
+    CUDA graph (the costly part of timing a short kernel: one Python launch per captured
+    launch). So the GPU work is check(i), warm-up(i), timed(i-1), check(i+1), ..., and each
+    result is yielded when it is complete (a passing config's one step after its check).
+    Never raises for a kernel fault: it becomes the config's result."""
+    announce = announce or (lambda config_id, phase: None)
+    pending: ConfigTiming | None = None
+    for request in requests:
+        announce(request.config_id, "check")
+        prepared = prepare_config(request, workload, backend, l2_bytes, clocks)
+        if isinstance(prepared, ConfigMeasurement):
+            yield prepared
+            continue
+        if pending is not None:
+            announce(pending.request.config_id, "time")
+            pending.start()
+        announce(request.config_id, "capture")
+        prepared.capture()  # host work, overlapping the GPU work just started
+        if pending is not None:
+            announce(pending.request.config_id, "time")
+            yield pending.finish()
+        pending = prepared
+    if pending is not None:
+        announce(pending.request.config_id, "time")
+        pending.start()
+        yield pending.finish()
+
+
 def measure_config(request: BenchRequest, workload: Workload, backend: str, l2_bytes: int = 0,
                    clocks: GpuClocks | None = None) -> ConfigMeasurement:
-    """Check, then time one config. Never raises for a kernel fault: it becomes the result."""
+    """Check, then time one config (no overlap with another)."""
+    return next(measure_configs([request], workload, backend, l2_bytes, clocks))
+
+
+def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_bytes: int,
+                   clocks: GpuClocks | None) -> "ConfigTiming | ConfigMeasurement":
+    """Check the config against the reference and warm it up (which decides how it is timed);
+    a failure is returned as its measurement."""
     config = dict(request.config)
     start = clocks.read() if clocks else ClockReading()
     index = workload.next_check_set()
@@ -189,18 +234,125 @@ def measure_config(request: BenchRequest, workload: Workload, backend: str, l2_b
             return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
         del output
         checked = time.perf_counter()
-        if backend == "cuda":
-            rotation = workload.rotation_for(request.settings, l2_bytes)
-            timing = time_cuda(lambda i: workload.run(i, config), rotation, request.settings)
-        else:
-            timing = time_wall(lambda: workload.run(index, config), request.settings)
+        if backend != "cuda":
+            return ConfigTiming(request, clocks, start, error, {"check": checked - began},
+                                wall=lambda: workload.run(index, config))
+        rotation = workload.rotation_for(request.settings, l2_bytes)
+        launch = lambda i: workload.run(i, config)  # noqa: E731
+        gpu_ms, host_ms, next_set = _warm_up(launch, rotation.sets, request.settings.warmup_ms)
+        phases = {"check": checked - began, "warmup": time.perf_counter() - checked}
+        return ConfigTiming(request, clocks, start, error, phases, launch=launch, rotation=rotation,
+                            gpu_ms=gpu_ms, host_ms=host_ms, next_set=next_set)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
-        return ConfigMeasurement(request.config_id, "runtime_error", f"{type(exc).__name__}: {exc}"[:500])
-    end = clocks.read() if clocks else ClockReading()
-    return ConfigMeasurement(request.config_id, "ok", times_ms=timing.times_ms, error_norm=error,
-                             method=timing.method, launches_per_sample=timing.launches_per_sample,
-                             cold_l2=timing.cold_l2, clocks_start=start, clocks_end=end,
-                             phase_seconds={"check": checked - began, **timing.phase_seconds})
+        return _runtime_error(request, exc)
+
+
+def _runtime_error(request: BenchRequest, exc: BaseException) -> ConfigMeasurement:
+    return ConfigMeasurement(request.config_id, "runtime_error", f"{type(exc).__name__}: {exc}"[:500])
+
+
+class ConfigTiming:
+    """The timing of one checked, warmed-up config, in three steps the caller can interleave with
+    another config's: ``capture`` (host only: the CUDA graph of a short kernel), ``start``
+    (enqueue the timed launches, asynchronously) and ``finish`` (synchronize, read the samples).
+
+    Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
+    host are timed as replays of a graph of ``k`` launches over all rotating input sets (so
+    host launch overhead cannot leak into the samples and the cold-L2 property holds inside the
+    graph); the others get a pair of CUDA events around each launch. Sample counts fill
+    ``rep_ms`` of GPU time.
+    """
+
+    def __init__(self, request: BenchRequest, clocks: GpuClocks | None, clocks_start: ClockReading, error: float,
+                 phases: dict[str, float], *, wall: Callable[[], Any] | None = None,
+                 launch: Callable[[int], Any] | None = None, rotation: Rotation | None = None,
+                 gpu_ms: float = 0.0, host_ms: float = 0.0, next_set: int = 0) -> None:
+        self.request = request
+        self.settings = request.settings
+        self._clocks, self._clocks_start, self._error = clocks, clocks_start, error
+        self.phases = phases
+        self._wall, self._launch, self._rotation = wall, launch, rotation
+        self._gpu_ms, self._host_ms, self._next_set = gpu_ms, host_ms, next_set
+        self._graph: Any = None
+        self._graph_output: Any = None
+        self._k = 1
+        self._events: list | None = None
+        self._failure: ConfigMeasurement | None = None
+        self.method = "wall" if wall is not None else (
+            "graph" if gpu_ms < GRAPH_BELOW_MS or gpu_ms < HOST_BOUND_RATIO * host_ms else "events")
+
+    # -- capture: host only --------------------------------------------------------------------
+    def capture(self) -> None:
+        """Capture the graph of a short kernel on a side stream without synchronizing the device,
+        so the GPU goes on with work enqueued before. A launch function that cannot be captured
+        (it synchronizes, say) is timed with events instead."""
+        if self.method != "graph":
+            return
+        began = time.perf_counter()
+        rotation = self._rotation
+        self._k = _clamp(max(math.ceil(GRAPH_SAMPLE_MS / max(self._gpu_ms, 1e-4)), rotation.sets), 1,
+                         MAX_GRAPH_LAUNCHES)
+        try:
+            self._graph, self._graph_output = _capture(self._launch, self._k, self._next_set, rotation.sets)
+        except Exception:  # noqa: BLE001 - capture is an optimization; a failed one falls back
+            self.method, self._graph = "events", None
+        self.phases["capture"] = time.perf_counter() - began
+
+    # -- start: enqueue, asynchronously --------------------------------------------------------
+    def start(self) -> None:
+        if self.method == "wall":
+            return
+        try:
+            if self.method == "graph" and not self._graph_writes():
+                self.method, self._graph = "events", None
+            began = time.perf_counter()
+            if self.method == "graph":
+                graph = self._graph
+                graph.replay()  # a short re-warm after the other config's work
+                per_sample = max(_event_times(1, lambda _: graph.replay())[0], 1e-4)
+                runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
+                self._events = _record_events(runs, lambda _: graph.replay())
+            else:
+                launch, sets, first = self._launch, self._rotation.sets, self._next_set
+                for i in range(min(sets, 8)):  # a short re-warm after the other config's work
+                    launch((first + i) % sets)
+                runs = _clamp(math.ceil(self.settings.rep_ms / max(self._gpu_ms, 1e-4)), MIN_SAMPLES, MAX_SAMPLES)
+                self._events = _record_events(runs, lambda i: launch((first + i) % sets))
+            self.phases["enqueue"] = time.perf_counter() - began
+        except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
+            self._failure = _runtime_error(self.request, exc)
+
+    def _graph_writes(self) -> bool:
+        """Whether replaying the graph writes the last captured launch's output: poison it, replay,
+        look (a capture that recorded nothing is retried once, synchronously)."""
+        if _replay_writes(self._graph, self._graph_output):
+            return True
+        self._graph, self._graph_output = _capture(self._launch, self._k, self._next_set, self._rotation.sets)
+        return _replay_writes(self._graph, self._graph_output)
+
+    # -- finish: synchronize and read ----------------------------------------------------------
+    def finish(self) -> ConfigMeasurement:
+        if self._failure is not None:
+            return self._failure
+        began = time.perf_counter()
+        try:
+            if self.method == "wall":
+                timing = time_wall(self._wall, self.settings)
+            else:
+                times = _read_events(self._events)
+                if self.method == "graph":
+                    times = [t / self._k for t in times]
+                cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._rotation.sets)
+                timing = Timing(times, self.method, self._k if self.method == "graph" else 1, cold)
+        except Exception as exc:  # noqa: BLE001
+            return _runtime_error(self.request, exc)
+        self.phases["timed"] = self.phases.pop("enqueue", 0.0) + time.perf_counter() - began
+        self._graph = self._graph_output = self._events = None
+        end = self._clocks.read() if self._clocks else ClockReading()
+        return ConfigMeasurement(self.request.config_id, "ok", times_ms=timing.times_ms, error_norm=self._error,
+                                 method=timing.method, launches_per_sample=timing.launches_per_sample,
+                                 cold_l2=timing.cold_l2, clocks_start=self._clocks_start, clocks_end=end,
+                                 phase_seconds=dict(self.phases))
 
 
 def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
@@ -214,24 +366,9 @@ def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
     return Timing(times, "wall")
 
 
-def time_cuda(launch: Callable[[int], Any], rotation: Rotation, settings: BenchSettings) -> Timing:
-    """Warm up, pick events or graph replays, then fill ``rep_ms`` of GPU time with samples."""
-    began = time.perf_counter()
-    gpu_ms, host_ms, next_set = _warm_up(launch, rotation.sets, settings.warmup_ms)
-    warmed = time.perf_counter()
-    timing = None
-    if gpu_ms < GRAPH_BELOW_MS or gpu_ms < HOST_BOUND_RATIO * host_ms:
-        timing = _time_graph(launch, rotation, settings, gpu_ms, next_set)
-    if timing is None:
-        runs = _clamp(math.ceil(settings.rep_ms / max(gpu_ms, 1e-4)), MIN_SAMPLES, MAX_SAMPLES)
-        timing = Timing(_time_events(launch, rotation.sets, runs, next_set), "events", 1, rotation.cold_l2)
-    timing.phase_seconds = {"warmup": warmed - began, **timing.phase_seconds,
-                            "timed": time.perf_counter() - warmed - timing.phase_seconds.get("capture", 0.0)}
-    return timing
-
-
 def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple[float, float, int]:
-    """(GPU ms per launch, host ms to issue one launch, next input set), from the last batch."""
+    """(GPU ms per launch, host ms to issue one launch, next input set), from the last batch of
+    back-to-back launches in doubling batches until ``warmup_ms`` of GPU time has run."""
     import torch
 
     batch, spent, issued = 1, 0.0, 0
@@ -252,12 +389,8 @@ def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple
         batch *= 2
 
 
-def _time_events(launch: Callable[[int], Any], sets: int, runs: int, first_set: int) -> list[float]:
-    return _event_times(runs, lambda i: launch((first_set + i) % sets))
-
-
-def _event_times(runs: int, body: Callable[[int], Any]) -> list[float]:
-    """GPU ms of ``body(i)`` for i in range(runs), a pair of CUDA events around each call."""
+def _record_events(runs: int, body: Callable[[int], Any]) -> list:
+    """Enqueue ``body(i)`` for i in range(runs) with a pair of CUDA events around each call."""
     import torch
 
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
@@ -265,39 +398,41 @@ def _event_times(runs: int, body: Callable[[int], Any]) -> list[float]:
         start.record()
         body(i)
         end.record()
+    return pairs
+
+
+def _read_events(pairs: list) -> list[float]:
+    import torch
+
     torch.cuda.synchronize()
     return [start.elapsed_time(end) for start, end in pairs]
 
 
-def _time_graph(launch: Callable[[int], Any], rotation: Rotation, settings: BenchSettings, gpu_ms: float,
-                first_set: int) -> Timing | None:
-    """Samples are replays of one captured graph of ``k`` launches (over all rotating sets, so
-    the cold-L2 property holds inside the graph too), each divided by ``k``. None if the launch
-    function cannot be captured (it synchronizes, for example); events are used instead."""
+def _event_times(runs: int, body: Callable[[int], Any]) -> list[float]:
+    """GPU ms of ``body(i)`` for i in range(runs), a pair of CUDA events around each call."""
+    return _read_events(_record_events(runs, body))
+
+
+def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) -> tuple[Any, Any]:
+    """A graph of ``k`` launches cycling through the input sets, captured on a side stream.
+    Unlike ``torch.cuda.graph``, this neither synchronizes the device nor collects garbage
+    first, so work already enqueued keeps the GPU busy meanwhile."""
     import torch
 
-    k = _clamp(max(math.ceil(GRAPH_SAMPLE_MS / max(gpu_ms, 1e-4)), rotation.sets), 1, MAX_GRAPH_LAUNCHES)
-    began = time.perf_counter()
-    for _ in range(2):  # a capture that recorded nothing is retried once (seen on a process's first)
-        graph = torch.cuda.CUDAGraph()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # inputs were written on the current stream
+    last = None
+    with warnings.catch_warnings(), torch.cuda.stream(stream):
+        warnings.filterwarnings("ignore", message="The CUDA Graph is empty")  # caught by the replay check
+        graph.capture_begin(capture_error_mode="thread_local")
         try:
-            with warnings.catch_warnings(), torch.cuda.graph(graph):
-                warnings.filterwarnings("ignore", message="The CUDA Graph is empty")  # handled below
-                for i in range(k):
-                    last = launch((first_set + i) % rotation.sets)
-            if _replay_writes(graph, last):
-                break
-        except Exception:  # noqa: BLE001 - capture is an optimization; a failed one falls back
-            torch.cuda.synchronize()
-            return None
-    else:
-        return None
-    captured = time.perf_counter()
-    per_sample = max(_event_times(1, lambda _: graph.replay())[0], 1e-4)
-    runs = _clamp(math.ceil(settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
-    times = [t / k for t in _event_times(runs, lambda _: graph.replay())]
-    return Timing(times, "graph", k, rotation.cold_l2 and k >= rotation.sets,
-                  {"capture": captured - began})
+            for i in range(k):
+                last = launch((first_set + i) % sets)
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, last
 
 
 def _replay_writes(graph: Any, output: Any) -> bool:

@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from .records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .worker import worker_main
@@ -28,7 +28,7 @@ class _Worker:
 
 
 class DeviceLease:
-    """A device held by one bench task; sends it configs one at a time."""
+    """A device held by one bench task; sends it the task's configs and collects the results."""
 
     def __init__(self, pool: "DevicePool", index: int) -> None:
         self._pool = pool
@@ -41,23 +41,62 @@ class DeviceLease:
         return self._pool.worker(self.index).info
 
     def measure(self, request: BenchRequest, timeout_s: float) -> ConfigMeasurement:
+        (result,) = self.measure_all([request], timeout_s)  # drained, so the worker's "done" is read
+        return result
+
+    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> Iterator[ConfigMeasurement]:
+        """One result per request, as each completes (not in request order; iterate to the end,
+        the worker's last message is read then). A config that kills
+        the worker or runs past ``timeout_s`` in one step is recorded as crashed or timed out (the
+        worker names each config before each step), and the configs without a result yet go to
+        a fresh worker."""
+        remaining = list(requests)
+        while remaining:
+            done: set[str] = set()
+            culprit: ConfigMeasurement | None = None
+            for message in self._exchange(remaining, timeout_s):
+                if isinstance(message, ConfigMeasurement):  # the worker died or hung on this config
+                    culprit = message
+                    break
+                result, hits, misses, usable = message
+                self.cache_hits += hits
+                self.cache_misses += misses
+                done.add(result.config_id)
+                yield result
+                if not usable:  # the worker is exiting; the rest go to a fresh one
+                    self._pool.discard(self.index)
+                    break
+            if culprit is not None:
+                done.add(culprit.config_id)
+                yield culprit
+            remaining = [r for r in remaining if r.config_id not in done]
+
+    def _exchange(self, batch: list[BenchRequest], timeout_s: float) -> Iterator:
+        """The worker's results for a batch, then stop; or a crashed/timeout measurement for the
+        config it was on when it died or stopped answering (it is then discarded)."""
         worker = self._pool.worker(self.index)
+        current = batch[0].config_id
         try:
-            worker.conn.send(request)
-            if not worker.conn.poll(timeout_s):
-                self._pool.discard(self.index)
-                return ConfigMeasurement(request.config_id, "timeout", f"no result within {timeout_s:.0f} s")
-            result, hits, misses, usable = worker.conn.recv()
+            worker.conn.send(batch)
+            while True:
+                if not worker.conn.poll(timeout_s):
+                    self._pool.discard(self.index)
+                    yield ConfigMeasurement(current, "timeout", f"no progress within {timeout_s:.0f} s")
+                    return
+                message = worker.conn.recv()
+                if message[0] == "phase":
+                    current = message[1]
+                elif message[0] == "result":
+                    yield message[1:]
+                    if not message[4]:
+                        return
+                else:  # "done"
+                    return
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(5)
             code = worker.process.exitcode
             self._pool.discard(self.index)
-            return ConfigMeasurement(request.config_id, "crashed", f"device worker died (exit code {code})")
-        self.cache_hits += hits
-        self.cache_misses += misses
-        if not usable:  # the worker is exiting; the next config gets a fresh one
-            self._pool.discard(self.index)
-        return result
+            yield ConfigMeasurement(current, "crashed", f"device worker died (exit code {code})")
 
 
 class DevicePool:
@@ -74,6 +113,10 @@ class DevicePool:
         self._locks = [threading.Lock() for _ in range(device_count)]
         self._warming = threading.Lock()
         self._warm_started = False
+        #: monotonic times: when the workers were asked to start, and when the last of them was up
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+        self._starting = device_count
         self._context = multiprocessing.get_context("spawn")
 
     @contextlib.contextmanager
@@ -96,12 +139,17 @@ class DevicePool:
             if self._warm_started:
                 return
             self._warm_started = True
+            self.started_at = time.monotonic()
         for index in range(len(self._locks)):
             threading.Thread(target=self._warm, args=(index,), name=f"aot_tune-warm-{index}", daemon=True).start()
 
     def _warm(self, index: int) -> None:
         with contextlib.suppress(Exception):
             self.worker(index)
+        with self._warming:
+            self._starting -= 1
+            if self._starting == 0:
+                self.ready_at = time.monotonic()
 
     def worker(self, index: int) -> _Worker:
         with self._locks[index]:

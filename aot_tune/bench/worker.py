@@ -1,4 +1,4 @@
-"""A device worker: one process per GPU (or one for the interpreter), fed one config at a time.
+"""A device worker: one process per GPU (or one for the interpreter), fed the configs of one shape.
 
 It owns its device exclusively, so two benchmarks never share a GPU; if a config crashes the
 process (illegal address, abort) or hangs, the pool kills it and starts a new one, and only that
@@ -14,11 +14,14 @@ from .records import BenchRequest, ConfigMeasurement, DeviceInfo
 
 
 def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str) -> None:
-    """Process entry point: set the environment before torch/triton load, then serve requests.
+    """Process entry point: set the environment before torch/triton load, then serve batches.
 
-    Each reply is ``(measurement, cache hits, cache misses, usable)``; after a sticky CUDA error
-    (illegal address, launch failure) the context is unusable, so the worker says so and exits,
-    and the pool starts a fresh one for the next config.
+    A batch is a list of requests for one (kernel, shape, dtype). The worker sends, in order:
+    ``("phase", config_id, phase)`` before each step that may crash or hang (so the pool knows
+    whose fault a death or a hang is), ``("result", measurement, cache hits, cache misses,
+    usable)`` for each config, and ``("done",)`` at the end. After a sticky CUDA error (illegal
+    address, launch failure) the context is unusable: the worker says so and exits, and the pool
+    gives the configs that have no result yet to a fresh one.
     """
     os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
     if backend == "interpreter":
@@ -26,7 +29,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     from .. import triton_compat
 
     triton_compat.pin_environment()
-    from .measure import Workload, context_usable, measure_config
+    from .measure import Workload, context_usable, measure_configs
 
     info, device, clocks = _open_device(backend, device_index)
     conn.send(info)
@@ -34,29 +37,34 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     workloads: dict[tuple, Workload] = {}
     with counter.installed() if backend == "cuda" else _nothing():
         while True:
-            message = conn.recv()
-            if message is None:
+            batch: list[BenchRequest] | None = conn.recv()
+            if batch is None:
                 return
-            request: BenchRequest = message
-            key = (request.kernel, request.shape, request.dtype)
+            first = batch[0]
+            key = (first.kernel, first.shape, first.dtype)
             if key not in workloads:
                 workloads.clear()  # one shape at a time keeps device memory flat
                 try:
-                    workloads[key] = Workload(request, device)
+                    workloads[key] = Workload(first, device)
                 except Exception as exc:  # the input builder or reference failed: every config fails
-                    failed = ConfigMeasurement(request.config_id, "runtime_error",
-                                               f"input builder or reference failed: {type(exc).__name__}: {exc}"[:500])
-                    conn.send((failed, 0, 0, True))
+                    message = f"input builder or reference failed: {type(exc).__name__}: {exc}"[:500]
+                    for request in batch:
+                        conn.send(("result", ConfigMeasurement(request.config_id, "runtime_error", message), 0, 0, True))
+                    conn.send(("done",))
                     continue
-            before = (counter.hits, counter.misses)
-            result = measure_config(request, workloads[key], backend, info.l2_bytes, clocks)
-            usable = backend != "cuda" or result.ok or context_usable()
-            if not usable:
-                result.status = "crashed"
-                result.message = f"the CUDA context did not survive this config: {result.message}"[:500]
-            conn.send((result, counter.hits - before[0], counter.misses - before[1], usable))
-            if not usable:
-                return
+            counted = [counter.hits, counter.misses]
+            results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks,
+                                      announce=lambda config_id, phase: conn.send(("phase", config_id, phase)))
+            for result in results:
+                usable = backend != "cuda" or result.ok or context_usable()
+                if not usable:
+                    result.status = "crashed"
+                    result.message = f"the CUDA context did not survive this config: {result.message}"[:500]
+                conn.send(("result", result, counter.hits - counted[0], counter.misses - counted[1], usable))
+                counted = [counter.hits, counter.misses]
+                if not usable:
+                    return
+            conn.send(("done",))
 
 
 class _nothing:
