@@ -9,6 +9,7 @@ Timing (CUDA), in three steps:
 
 1. Warm up with back-to-back launches in doubling batches until ``warmup_ms`` of GPU time has
    run; the last batch gives the per-launch GPU time and the host time to issue one launch.
+   Short kernels finish their warm-up as graph replays (step 2), at full GPU speed.
 2. Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
    host are timed as CUDA-graph replays of many launches, so host launch overhead cannot leak
    into the samples; the others get a pair of CUDA events around each launch. The run count is
@@ -56,6 +57,10 @@ ROTATION_MEMORY_SHARE = 0.25
 MIN_SAMPLES = 10
 MAX_SAMPLES = 10_000
 MAX_WARMUP_BATCH = 4096
+#: Launches after which a short or host-bound kernel stops its launch-by-launch warm-up.
+PROBE_LAUNCHES = 16
+#: GPU time of launches right before the timed ones (other work may have run since the warm-up).
+REWARM_MS = 0.5
 INTERPRETER_MAX_RUNS = 3
 
 
@@ -157,10 +162,11 @@ def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, fl
     if tuple(output.shape) != tuple(expected.shape):
         return False, math.inf, f"output shape {tuple(output.shape)} != reference {tuple(expected.shape)}"
     out, ref = output.double(), expected.double()
-    if not torch.isfinite(out).all():
+    finite, diff, norm = torch.stack([torch.isfinite(out).all().double(), torch.linalg.vector_norm(out - ref),
+                                      torch.linalg.vector_norm(ref)]).tolist()  # one device sync
+    if not finite:
         return False, math.inf, "output has NaN or Inf"
-    denom = max(torch.linalg.vector_norm(ref).item(), 1e-30)
-    error = torch.linalg.vector_norm(out - ref).item() / denom
+    error = diff / max(norm, 1e-30)
     if error > tolerance:
         return False, error, f"relative error {error:.3g} exceeds {tolerance:g}"
     return True, error, ""
@@ -239,10 +245,10 @@ def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_b
                                 wall=lambda: workload.run(index, config))
         rotation = workload.rotation_for(request.settings, l2_bytes)
         launch = lambda i: workload.run(i, config)  # noqa: E731
-        gpu_ms, host_ms, next_set = _warm_up(launch, rotation.sets, request.settings.warmup_ms)
+        gpu_ms, host_ms, next_set, warmed_ms = _warm_up(launch, rotation.sets, request.settings.warmup_ms)
         phases = {"check": checked - began, "warmup": time.perf_counter() - checked}
         return ConfigTiming(request, clocks, start, error, phases, launch=launch, rotation=rotation,
-                            gpu_ms=gpu_ms, host_ms=host_ms, next_set=next_set)
+                            gpu_ms=gpu_ms, host_ms=host_ms, next_set=next_set, warmed_ms=warmed_ms)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
         return _runtime_error(request, exc)
 
@@ -266,20 +272,19 @@ class ConfigTiming:
     def __init__(self, request: BenchRequest, clocks: GpuClocks | None, clocks_start: ClockReading, error: float,
                  phases: dict[str, float], *, wall: Callable[[], Any] | None = None,
                  launch: Callable[[int], Any] | None = None, rotation: Rotation | None = None,
-                 gpu_ms: float = 0.0, host_ms: float = 0.0, next_set: int = 0) -> None:
+                 gpu_ms: float = 0.0, host_ms: float = 0.0, next_set: int = 0, warmed_ms: float = 0.0) -> None:
         self.request = request
         self.settings = request.settings
         self._clocks, self._clocks_start, self._error = clocks, clocks_start, error
         self.phases = phases
         self._wall, self._launch, self._rotation = wall, launch, rotation
-        self._gpu_ms, self._host_ms, self._next_set = gpu_ms, host_ms, next_set
+        self._gpu_ms, self._host_ms, self._next_set, self._warmed_ms = gpu_ms, host_ms, next_set, warmed_ms
         self._graph: Any = None
         self._graph_output: Any = None
         self._k = 1
         self._events: list | None = None
         self._failure: ConfigMeasurement | None = None
-        self.method = "wall" if wall is not None else (
-            "graph" if gpu_ms < GRAPH_BELOW_MS or gpu_ms < HOST_BOUND_RATIO * host_ms else "events")
+        self.method = "wall" if wall is not None else ("graph" if _graph_timed(gpu_ms, host_ms) else "events")
 
     # -- capture: host only --------------------------------------------------------------------
     def capture(self) -> None:
@@ -306,15 +311,19 @@ class ConfigTiming:
             if self.method == "graph" and not self._graph_writes():
                 self.method, self._graph = "events", None
             began = time.perf_counter()
+            # The rest of the warm-up (graph replays run at full GPU speed), then at least
+            # REWARM_MS, as the other config's work ran since this one's warm-up.
+            rewarm_ms = max(REWARM_MS, self.settings.warmup_ms - self._warmed_ms)
             if self.method == "graph":
                 graph = self._graph
-                graph.replay()  # a short re-warm after the other config's work
                 per_sample = max(_event_times(1, lambda _: graph.replay())[0], 1e-4)
+                for _ in range(_clamp(math.ceil(rewarm_ms / per_sample) - 1, 0, MAX_SAMPLES)):
+                    graph.replay()
                 runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda _: graph.replay())
             else:
                 launch, sets, first = self._launch, self._rotation.sets, self._next_set
-                for i in range(min(sets, 8)):  # a short re-warm after the other config's work
+                for i in range(_clamp(math.ceil(REWARM_MS / max(self._gpu_ms, 1e-4)), 1, 8)):
                     launch((first + i) % sets)
                 runs = _clamp(math.ceil(self.settings.rep_ms / max(self._gpu_ms, 1e-4)), MIN_SAMPLES, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda i: launch((first + i) % sets))
@@ -366,9 +375,12 @@ def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
     return Timing(times, "wall")
 
 
-def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple[float, float, int]:
-    """(GPU ms per launch, host ms to issue one launch, next input set), from the last batch of
-    back-to-back launches in doubling batches until ``warmup_ms`` of GPU time has run."""
+def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple[float, float, int, float]:
+    """(GPU ms per launch, host ms to issue one launch, next input set, GPU ms warmed up), from
+    back-to-back launches in doubling batches until ``warmup_ms`` of GPU time has run. A kernel
+    that is clearly short or host-bound after ``PROBE_LAUNCHES`` stops early: it will be timed
+    as graph replays, which finish its warm-up at full GPU speed instead of one Python launch
+    per few microseconds of GPU time."""
     import torch
 
     batch, spent, issued = 1, 0.0, 0
@@ -384,9 +396,14 @@ def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple
         end.synchronize()
         gpu = start.elapsed_time(end)
         spent += gpu
-        if spent >= warmup_ms or batch >= MAX_WARMUP_BATCH:
-            return gpu / batch, host / batch, issued % sets
+        gpu_ms, host_ms = gpu / batch, host / batch
+        if spent >= warmup_ms or batch >= MAX_WARMUP_BATCH or (batch >= PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms)):
+            return gpu_ms, host_ms, issued % sets, spent
         batch *= 2
+
+
+def _graph_timed(gpu_ms: float, host_ms: float) -> bool:
+    return gpu_ms < GRAPH_BELOW_MS or gpu_ms < HOST_BOUND_RATIO * host_ms
 
 
 def _record_events(runs: int, body: Callable[[int], Any]) -> list:
