@@ -100,6 +100,7 @@ def compare(args) -> None:
     rows = []
     totals = {"ours": [0.0, 0.0], "do_bench": [0.0, 0.0]}  # wall s, GPU ms in measured launches
     phases: dict[str, float] = {}
+    kernel_phases: dict[str, dict[str, float]] = {}
     for name in args.kernels.split(","):
         spec = next(k for k in manifest.kernels if k.name == name)
         shapes = sorted(spec.shapes, key=lambda s: (sum(s), s))  # the smallest and the largest
@@ -137,6 +138,8 @@ def compare(args) -> None:
                         if result.launches_per_sample > 1 else result.method
                     for phase, seconds in result.phase_seconds.items():
                         phases[phase] = phases.get(phase, 0.0) + seconds
+                        by_kernel = kernel_phases.setdefault(name, {})
+                        by_kernel[phase] = by_kernel.get(phase, 0.0) + seconds
                     if args.verbose:
                         c = result.clocks_start, result.clocks_end
                         print(f"    ours {config.id} {ours[config.id][-1] * 1e3:.1f} us, SM clock {c[0].sm_mhz}->"
@@ -160,6 +163,8 @@ def compare(args) -> None:
     print("ours, wall time by phase (capture overlaps the previous config's timed phase): "
           + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
           + f", other {totals['ours'][0] - sum(phases.values()):.2f} s")
+    for name, by_phase in kernel_phases.items():
+        print(f"  {name}: " + ", ".join(f"{k} {v:.2f} s" for k, v in by_phase.items()))
 
 
 def report(rows, totals, args) -> None:

@@ -226,7 +226,9 @@ def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_b
     """Check the config against the reference and warm it up (which decides how it is timed);
     a failure is returned as its measurement."""
     config = dict(request.config)
+    began = time.perf_counter()
     start = clocks.read() if clocks else ClockReading()
+    read_clocks = time.perf_counter() - began
     index = workload.next_check_set()
     began = time.perf_counter()
     try:
@@ -241,12 +243,12 @@ def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_b
         del output
         checked = time.perf_counter()
         if backend != "cuda":
-            return ConfigTiming(request, clocks, start, error, {"check": checked - began},
+            return ConfigTiming(request, clocks, start, error, {"check": checked - began, "clocks": read_clocks},
                                 wall=lambda: workload.run(index, config))
         rotation = workload.rotation_for(request.settings, l2_bytes)
         launch = lambda i: workload.run(i, config)  # noqa: E731
         gpu_ms, host_ms, next_set, warmed_ms = _warm_up(launch, rotation.sets, request.settings.warmup_ms)
-        phases = {"check": checked - began, "warmup": time.perf_counter() - checked}
+        phases = {"check": checked - began, "warmup": time.perf_counter() - checked, "clocks": read_clocks}
         return ConfigTiming(request, clocks, start, error, phases, launch=launch, rotation=rotation,
                             gpu_ms=gpu_ms, host_ms=host_ms, next_set=next_set, warmed_ms=warmed_ms)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
@@ -308,9 +310,9 @@ class ConfigTiming:
         if self.method == "wall":
             return
         try:
+            rewarming = time.perf_counter()
             if self.method == "graph" and not self._graph_writes():
                 self.method, self._graph = "events", None
-            began = time.perf_counter()
             # The rest of the warm-up (graph replays run at full GPU speed), then at least
             # REWARM_MS, as the other config's work ran since this one's warm-up.
             rewarm_ms = max(REWARM_MS, self.settings.warmup_ms - self._warmed_ms)
@@ -319,12 +321,16 @@ class ConfigTiming:
                 per_sample = max(_event_times(1, lambda _: graph.replay())[0], 1e-4)
                 for _ in range(_clamp(math.ceil(rewarm_ms / per_sample) - 1, 0, MAX_SAMPLES)):
                     graph.replay()
+                self.phases["rewarm"] = time.perf_counter() - rewarming
+                began = time.perf_counter()
                 runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda _: graph.replay())
             else:
                 launch, sets, first = self._launch, self._rotation.sets, self._next_set
                 for i in range(_clamp(math.ceil(REWARM_MS / max(self._gpu_ms, 1e-4)), 1, 8)):
                     launch((first + i) % sets)
+                self.phases["rewarm"] = time.perf_counter() - rewarming
+                began = time.perf_counter()
                 runs = _clamp(math.ceil(self.settings.rep_ms / max(self._gpu_ms, 1e-4)), MIN_SAMPLES, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda i: launch((first + i) % sets))
             self.phases["enqueue"] = time.perf_counter() - began
@@ -357,7 +363,9 @@ class ConfigTiming:
             return _runtime_error(self.request, exc)
         self.phases["timed"] = self.phases.pop("enqueue", 0.0) + time.perf_counter() - began
         self._graph = self._graph_output = self._events = None
+        reading = time.perf_counter()
         end = self._clocks.read() if self._clocks else ClockReading()
+        self.phases["clocks"] = self.phases.get("clocks", 0.0) + time.perf_counter() - reading
         return ConfigMeasurement(self.request.config_id, "ok", times_ms=timing.times_ms, error_norm=self._error,
                                  method=timing.method, launches_per_sample=timing.launches_per_sample,
                                  cold_l2=timing.cold_l2, clocks_start=self._clocks_start, clocks_end=end,
