@@ -135,6 +135,8 @@ class TuneSession:
         self._widen_bench_window(time.monotonic())
         self.seconds["bench"] += elapsed
         self.bench_status.update(m.status for m in measurements)
+        self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in measurements
+                                        if m.method in ("events", "graph")) / 1e3
         record = self._record(kp, unit, info, previous, measurements, elapsed)
         if not record.HasField("best"):
             # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
@@ -260,9 +262,15 @@ class TuneSession:
         pool = self.executors.devices
         ready = pool.ready_at or first
         waited = max(0.0, min(ready, last) - first)
-        return (f"bench stage: {last - first:.1f}s on {self.plan.device.count} device(s), "
+        devices = self.plan.device.count
+        line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
                 f"{last - first - waited:.1f}s of it after the device workers were up "
                 f"(start-up {ready - (pool.started_at or ready):.1f}s, {waited:.1f}s of it waited for)")
+        if self.seconds["measured"]:
+            busy = (last - first - waited) * devices
+            line += (f"; timed kernel launches {self.seconds['measured']:.1f}s, "
+                     f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the device time after start-up")
+        return line
 
 
 def _measurement_proto(m: ConfigMeasurement, config: Config) -> Measurement:
