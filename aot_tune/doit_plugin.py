@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 from doit.cmd_base import Command, TaskLoader2
@@ -19,6 +20,7 @@ from .errors import TuneError
 from .executors import Executors
 from .hardware import BACKENDS, detect
 from .plan import WORK_DIR, build_plan
+from .runlog import append_run
 from .stages import TuneSession, eprint
 
 opt_manifest = {
@@ -110,7 +112,9 @@ class TuneCommand(Run):
             raise InvalidCommand("doit tune runs its own worker processes; -P process is not supported, "
                                  "drop the option (threads are the default)")
         self.loader.kernel_names = tuple(args)
-        with _exclusive_run(Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR):
+        work_dir = Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR
+        started, result = time.time(), None
+        with _exclusive_run(work_dir):
             try:
                 result = super().execute(params, [])
             finally:
@@ -120,6 +124,9 @@ class TuneCommand(Run):
                     summary = session.summary()
                     if summary:
                         eprint(summary)
+                    run = session.run_record(started, time.time(), ok=result == 0)
+                    if run is not None:
+                        append_run(work_dir, run)
         return result
 
 

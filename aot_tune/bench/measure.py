@@ -66,6 +66,7 @@ class Workload:
         import torch
 
         self.kernel = request.kernel
+        self.root = request.root
         self.launch = resolve(request.root, request.launch_ref)
         self._make_inputs = resolve(request.root, request.inputs_ref)
         self._reference = resolve(request.root, request.reference_ref)
@@ -105,6 +106,15 @@ class Workload:
 
     def run(self, index: int, config: dict) -> Any:
         return launch_with_config(self.launch, self.inputs(index), config, kernel=self.kernel)
+
+    def runner(self, request: BenchRequest) -> Callable[[int], Any]:
+        """What one launch of the request does on input set ``i``: the kernel with the request's
+        config, or (``plain``) the named function as it is, e.g. the vendor baseline."""
+        if request.plain:
+            function = resolve(self.root, request.launch_ref)
+            return lambda i: function(*self.inputs(i))
+        config = dict(request.config)
+        return lambda i: self.run(i, config)
 
     def rotation_for(self, settings: BenchSettings, l2_bytes: int) -> "Rotation":
         """How many input sets timed launches cycle through (decided once per shape)."""
@@ -174,12 +184,12 @@ class Timing:
 def measure_config(request: BenchRequest, workload: Workload, backend: str, l2_bytes: int = 0,
                    clocks: GpuClocks | None = None) -> ConfigMeasurement:
     """Check, then time one config. Never raises for a kernel fault: it becomes the result."""
-    config = dict(request.config)
     start = clocks.read() if clocks else ClockReading()
     index = workload.next_check_set()
     began = time.perf_counter()
     try:
-        output = workload.run(index, config)
+        run = workload.runner(request)
+        output = run(index)
         if backend == "cuda":
             import torch
 
@@ -191,9 +201,9 @@ def measure_config(request: BenchRequest, workload: Workload, backend: str, l2_b
         checked = time.perf_counter()
         if backend == "cuda":
             rotation = workload.rotation_for(request.settings, l2_bytes)
-            timing = time_cuda(lambda i: workload.run(i, config), rotation, request.settings)
+            timing = time_cuda(run, rotation, request.settings)
         else:
-            timing = time_wall(lambda: workload.run(index, config), request.settings)
+            timing = time_wall(lambda: run(index), request.settings)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
         return ConfigMeasurement(request.config_id, "runtime_error", f"{type(exc).__name__}: {exc}"[:500])
     end = clocks.read() if clocks else ClockReading()
