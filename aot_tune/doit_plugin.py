@@ -1,4 +1,5 @@
-"""doit integration: a task loader that reads tuning.yaml, and the ``tune`` command.
+"""doit integration: a task loader that reads tuning.yaml, and the ``tune``, ``check``,
+``merge-caches`` and ``report`` commands.
 
 ``doit tune [KERNEL...]`` is a command (not a task) so that ``doit tune -n 8`` and
 ``[tool.doit.commands.tune]`` work. It runs doit's parallel runner on threads: task actions only
@@ -186,6 +187,37 @@ class MergeCachesCommand(Command):
         except TuneError as err:
             raise InvalidCommand(str(err)) from None
         print(summary.render())
+        return 0
+
+
+opt_output = {
+    "name": "output", "long": "output", "short": "o", "type": str, "default": "report",
+    "help": "folder to write index.html and summary.md into [default: %(default)s]",
+}
+
+
+class ReportCommand(Command):
+    """Render what tuning bought as a self-contained HTML page and a markdown summary."""
+
+    name = "report"
+    doc_purpose = "write an HTML report and a markdown summary of the tuning results (no GPU needed)"
+    doc_usage = "[KERNEL ...]"
+    doc_description = ("Per kernel and device: tuned vs default config vs vendor per shape (with rates and\n"
+                       "floors), tuning time, a heatmap of config parameters against performance, failures by\n"
+                       "reason and coverage, from the caches and this tree's .aot_tune/ outputs. Plots need\n"
+                       "matplotlib (pip install 'aot-tune[report]').")
+    cmd_options = (opt_manifest, opt_output)
+
+    def execute(self, params, args):
+        from .manifest import load_manifest
+        from .report import write_report
+
+        try:
+            manifest = load_manifest(params["manifest"])
+            paths = write_report(manifest, Path(params["output"]), manifest.select(args))
+        except TuneError as err:
+            raise InvalidCommand(str(err)) from None
+        print(f"wrote {paths.html} and {paths.markdown}")
         return 0
 
 
