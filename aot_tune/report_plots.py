@@ -76,7 +76,7 @@ def comparison(kernel: str, device: str, unit: str | None, rows: Sequence["Shape
     axes.set_xticklabels([f"{row.shape}\n{row.dtype}" if several else row.shape for row in rows],
                          rotation=30 if rotated else 0, ha="right" if rotated else "center", fontsize=8)
     axes.set_title(f"{kernel} on {device}: tuned vs default vs vendor")
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a bar
     return _png(figure)
 
 
@@ -122,5 +122,5 @@ def time_split(runs: Sequence[tuple[str, dict[str, float]]]) -> str | None:
     axes.set_xlabel("seconds of wall time")
     handles, labels = axes.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    axes.legend(unique.values(), unique.keys(), fontsize=8, loc="lower right")
+    axes.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _png(figure)

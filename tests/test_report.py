@@ -112,6 +112,17 @@ kernels:
       num_warps: [4]
     shapes:
       - {M: 8, N: 1000}
+  rmsnorm:
+    kernel: kernels.rmsnorm:rmsnorm_kernel
+    launch: kernels.rmsnorm:rmsnorm
+    inputs: kernels.rmsnorm:make_inputs
+    reference: kernels.rmsnorm:reference
+    key: [M, N]
+    space:
+      BLOCK_N: [1024]
+      num_warps: [4]
+    shapes:
+      - {M: 8, N: 1000}
 """
 
 
@@ -121,8 +132,9 @@ def measurement(params: dict, status: str = "ok", median: float = 0.0, reason: s
     return m
 
 
-def record(shape, dtype: str, measurements: list[Measurement], *, default=None, vendor=None) -> TuningRecord:
-    r = TuningRecord(kernel="gemm", key_names=["M", "N", "K"], shape=list(shape), dtype=dtype, bench_seconds=2.5,
+def record(shape, dtype: str, measurements: list[Measurement], *, default=None, vendor=None,
+           kernel: str = "gemm", key=("M", "N", "K")) -> TuningRecord:
+    r = TuningRecord(kernel=kernel, key_names=list(key), shape=list(shape), dtype=dtype, bench_seconds=2.5,
                      fingerprint="not-current", measured_at="2026-11-22T01:00:00+00:00")
     r.device.key, r.device.name, r.device.compute_capability, r.device.backend = "h200", H200, "9.0", "cuda"
     r.toolchain.triton, r.toolchain.torch = "3.6.0", "2.11.0"
@@ -163,6 +175,10 @@ def synthetic(tmp_path) -> Path:
                vendor=measurement({}, median=0.19)),
     ]
     cache_io.write_cache(cache_io.sorted_cache(records), project / "generated" / "gemm.tuning.pb")
+    # softmax: tuned, but declares no cost and no baselines; rmsnorm: never tuned
+    softmax = record((8, 1000), "float16", [measurement({"BLOCK_N": 1024, "num_warps": 4}, median=0.004)],
+                     kernel="softmax", key=("M", "N"))
+    cache_io.write_cache(cache_io.sorted_cache([softmax]), project / "generated" / "softmax.tuning.pb")
     work = project / ".aot_tune"
     append_run(work, {"started_at": "2026-11-22T01:00:00+00:00", "wall_s": 10.0, "ok": True, "device": "h200",
                       "kernels": ["gemm"], "stages": {"specialize": [0.5, 1.0], "compile": [1.0, 6.0],
@@ -208,14 +224,17 @@ def test_synthetic_cache_rates_floors_failures_and_missing_baselines(synthetic, 
                                                                           "compile": [1.0, 6.0], "bench": [5.0, 9.5]}})
     assert report.runs[0].split == {"specialize": 0.5, "compile": 4.0, "bench": 4.5, "other": 1.0}
     softmax = next(k for k in report.kernels if k.name == "softmax")
-    assert softmax.devices == [] and softmax.unit is None
+    (row,) = softmax.devices[0].rows
+    assert softmax.unit is None and row.tuned.ms == 0.004 and row.tuned.rate is None and row.floor_ms is None
+    assert row.default.note == "no default_config in the manifest" and row.vendor.note == "no vendor in the manifest"
+    assert next(k for k in report.kernels if k.name == "rmsnorm").devices == []
 
     paths = write_report(manifest, tmp_path / "out")
     html, markdown = paths.html.read_text(), paths.markdown.read_text()
     page = structure(html)
-    assert page.images == 3  # comparison and heatmap of gemm on h200, and the run split
+    assert page.images == 5  # comparison and heatmap of gemm and softmax on h200, and the run split
     for text in ("687", "69%", "2.50x", "0.90x", "invalid: shared_memory", "predates the baselines",
-                 "No records for softmax", "sm90 shared_memory"):
+                 "No records for rmsnorm", "sm90 shared_memory", "add cost to the manifest"):
         assert text in html, text
     assert "| 4096x4096x4096 | float16 | 200 | 500 | 180 | 2.50x | 0.90x | 687 | 989.5 | 69% |" in markdown
 
@@ -234,6 +253,7 @@ def test_doit_report_command(synthetic):
     assert proc.returncode == 0, proc.stderr
     assert "wrote" in proc.stdout and (synthetic / "out" / "index.html").exists()
     assert "softmax" not in (synthetic / "out" / "summary.md").read_text()
+    assert "## gemm" in (synthetic / "out" / "summary.md").read_text()
     bad = doit(synthetic, "report", "nosuchkernel")
     assert bad.returncode != 0 and "unknown kernel 'nosuchkernel'" in bad.stderr
     assert len([line for line in bad.stderr.splitlines() if "nosuchkernel" in line]) == 1
