@@ -195,7 +195,8 @@ class TuneSession:
                 measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
         spec = kp.spec
         record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
-                              dtype=unit.dtype, fingerprint=unit.fingerprint, bench_seconds=round(elapsed, 3),
+                              dtype=unit.dtype, fingerprint=unit.fingerprint,
+                              bench_seconds=round(elapsed + (previous.bench_seconds if previous else 0.0), 3),
                               measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
         # these); the worker adds what only it can read. The plan reads versions from package

@@ -64,6 +64,7 @@ def test_declared_baselines_are_measured_alone_then_kept(project):
     assert record.vendor_baseline.config.id == "vendor" and record.vendor == "kernels.vector_add:vendor"
     assert record.default_baseline.median_ms > 0 and record.vendor_baseline.median_ms > 0
     assert not record.vendor_baseline.times_ms  # merged caches keep statistics, not samples
+    assert record.bench_seconds > old.bench_seconds  # the first task's time, and the baselines' on top
 
     assert executed(tune(project, "-n", "2")) == []
 

@@ -36,6 +36,7 @@ sequential compiles alone take about 50 minutes on the H200 host, see BENCHMARKS
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import math
@@ -311,6 +312,9 @@ def local_target(interpreter: bool) -> tuple[str, str]:
 
 
 def orchestrate(args) -> int:
+    if importlib.util.find_spec("doit") is None:
+        sys.exit("compare_triton_autotune: doit is not importable, so `python3 -m doit tune` cannot run; "
+                 "fix: install it, or put its wheel's folder on PYTHONPATH")
     began = time.perf_counter()
     deadline = began + args.budget_s
     configs = sample_configs(args.configs, args.seed, args.max_block)
