@@ -239,7 +239,9 @@ def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Cov
 
 
 def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) -> ShapeRow:
-    work = spec.cost.work(dict(zip(record.key_names, record.shape)), record.dtype) if spec.cost else None
+    # Rates only for GPUs: the interpreter's times are Python wall clock, not a device's throughput.
+    gpu = record.device.backend == "cuda"
+    work = spec.cost.work(dict(zip(record.key_names, record.shape)), record.dtype) if spec.cost and gpu else None
     label = shape_label(tuple(record.shape))
 
     def timed(m: Measurement | None, missing: str) -> Timed:
