@@ -217,6 +217,9 @@ class ReportCommand(Command):
             paths = write_report(manifest, Path(params["output"]), manifest.select(args))
         except TuneError as err:
             raise InvalidCommand(str(err)) from None
+        except OSError as err:
+            raise InvalidCommand(f"cannot write the report into {params['output']}: {err.strerror or err}; "
+                                 f"fix: pass a writable folder with --output") from None
         print(f"wrote {paths.html} and {paths.markdown}")
         return 0
 
