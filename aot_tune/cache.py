@@ -70,6 +70,9 @@ def without_samples(record: TuningRecord) -> TuningRecord:
     slim.CopyFrom(record)
     for measurement in slim.measurements:
         measurement.ClearField("times_ms")
+    for baseline in ("default_baseline", "vendor_baseline"):
+        if slim.HasField(baseline):
+            getattr(slim, baseline).ClearField("times_ms")
     return slim
 
 

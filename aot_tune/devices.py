@@ -8,6 +8,7 @@ Imports nothing heavy: the runtime calls this on the first tuned launch.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 INTERPRETER = "interpreter"
 
@@ -40,3 +41,48 @@ def device_key(name: str) -> str:
             return key
     slug = re.sub(r"[^a-z0-9]+", "-", lowered.replace("nvidia", "")).strip("-")
     return slug or "unknown-gpu"
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """Datasheet peaks of one GPU model (dense, boost clock): the floor a time is judged against.
+
+    ``matrix_tflops`` per dtype: the tensor-core rate for float16 and bfloat16 (fp32
+    accumulation), and the plain fp32 rate for float32, because the repository's kernels and
+    torch's defaults keep fp32 exact (no TF32). A datasheet rather than a measured peak: it
+    costs no GPU time, is the same on every run and machine (so a report renders from a cache
+    on a CPU), and a measured matmul peak would be cuBLAS itself, the vendor row it is meant to
+    judge. Sustained clocks under a power cap sit below these (each record holds its clocks).
+    """
+
+    matrix_tflops: dict[str, float]
+    memory_gbps: float
+    source: str
+
+
+def _peak(fp16: float, fp32: float, gbps: float, source: str) -> DevicePeak:
+    return DevicePeak({"float16": fp16, "bfloat16": fp16, "float32": fp32}, gbps, source)
+
+
+# (pattern on the lower-cased device name, peak); first match wins. Models not listed get no floor.
+_PEAKS = (
+    (r"gh200", None),  # HBM3 (4.0 TB/s) and HBM3e (4.9 TB/s) parts share a name prefix
+    (r"h200.*nvl", _peak(835.5, 60.0, 4800, "NVIDIA H200 NVL datasheet")),
+    (r"h200", _peak(989.5, 66.9, 4800, "NVIDIA H200 SXM datasheet")),
+    (r"h100.*pcie", _peak(756.5, 51.2, 2000, "NVIDIA H100 PCIe datasheet")),
+    (r"h100.*nvl", _peak(835.5, 60.0, 3900, "NVIDIA H100 NVL datasheet")),
+    (r"h100", _peak(989.5, 66.9, 3350, "NVIDIA H100 SXM datasheet")),
+    (r"a100.*pcie.*40gb", _peak(312.0, 19.5, 1555, "NVIDIA A100 40GB PCIe datasheet")),
+    (r"a100.*pcie", _peak(312.0, 19.5, 1935, "NVIDIA A100 80GB PCIe datasheet")),
+    (r"a100.*40gb", _peak(312.0, 19.5, 1555, "NVIDIA A100 40GB SXM datasheet")),
+    (r"a100", _peak(312.0, 19.5, 2039, "NVIDIA A100 80GB SXM datasheet")),
+)
+
+
+def device_peak(name: str) -> DevicePeak | None:
+    """The datasheet peaks of the GPU called ``name``; None for the interpreter and unknown models."""
+    lowered = name.lower()
+    for pattern, peak in _PEAKS:
+        if re.search(pattern, lowered):
+            return peak
+    return None

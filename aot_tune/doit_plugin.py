@@ -1,4 +1,5 @@
-"""doit integration: a task loader that reads tuning.yaml, and the ``tune`` command.
+"""doit integration: a task loader that reads tuning.yaml, and the ``tune``, ``check``,
+``merge-caches`` and ``report`` commands.
 
 ``doit tune [KERNEL...]`` is a command (not a task) so that ``doit tune -n 8`` and
 ``[tool.doit.commands.tune]`` work. It runs doit's parallel runner on threads: task actions only
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 from doit.cmd_base import Command, TaskLoader2
@@ -19,6 +21,7 @@ from .errors import TuneError
 from .executors import Executors
 from .hardware import BACKENDS, detect
 from .plan import WORK_DIR, build_plan
+from .runlog import append_run
 from .stages import TuneSession, eprint
 
 opt_manifest = {
@@ -110,7 +113,9 @@ class TuneCommand(Run):
             raise InvalidCommand("doit tune runs its own worker processes; -P process is not supported, "
                                  "drop the option (threads are the default)")
         self.loader.kernel_names = tuple(args)
-        with _exclusive_run(Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR):
+        work_dir = Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR
+        started, result = time.time(), None
+        with _exclusive_run(work_dir):
             try:
                 result = super().execute(params, [])
             finally:
@@ -120,6 +125,9 @@ class TuneCommand(Run):
                     summary = session.summary()
                     if summary:
                         eprint(summary)
+                    run = session.run_record(started, time.time(), ok=result == 0)
+                    if run is not None:
+                        append_run(work_dir, run)
         return result
 
 
@@ -179,6 +187,40 @@ class MergeCachesCommand(Command):
         except TuneError as err:
             raise InvalidCommand(str(err)) from None
         print(summary.render())
+        return 0
+
+
+opt_output = {
+    "name": "output", "long": "output", "short": "o", "type": str, "default": "report",
+    "help": "folder to write index.html and summary.md into [default: %(default)s]",
+}
+
+
+class ReportCommand(Command):
+    """Render what tuning bought as a self-contained HTML page and a markdown summary."""
+
+    name = "report"
+    doc_purpose = "write an HTML report and a markdown summary of the tuning results (no GPU needed)"
+    doc_usage = "[KERNEL ...]"
+    doc_description = ("Per kernel and device: tuned vs default config vs vendor per shape (with rates and\n"
+                       "floors), tuning time, a heatmap of config parameters against performance, failures by\n"
+                       "reason and coverage, from the caches and this tree's .aot_tune/ outputs. Plots need\n"
+                       "matplotlib (pip install 'aot-tune[report]').")
+    cmd_options = (opt_manifest, opt_output)
+
+    def execute(self, params, args):
+        from .manifest import load_manifest
+        from .report import write_report
+
+        try:
+            manifest = load_manifest(params["manifest"])
+            paths = write_report(manifest, Path(params["output"]), manifest.select(args))
+        except TuneError as err:
+            raise InvalidCommand(str(err)) from None
+        except OSError as err:
+            raise InvalidCommand(f"cannot write the report into {params['output']}: {err.strerror or err}; "
+                                 f"fix: pass a writable folder with --output") from None
+        print(f"wrote {paths.html} and {paths.markdown}")
         return 0
 
 

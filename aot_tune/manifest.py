@@ -39,6 +39,11 @@ Reference schema
           - {M: 256, N: 256, K: 256}                           # explicit: exactly the key dims
           - grid: {M: [256, 512], N: [256], K: [256, 4096]}    # cartesian product
         interpreter_shapes: [...]    # optional, same forms as shapes; default: shapes
+        default_config: {BLOCK_M: 64, ..., num_warps: 4}   # optional: the config a user gets
+                                     # untuned; every space param; a string is an expression
+                                     # over the key dims (for params whose values are numbers)
+        vendor: kernels.gemm:vendor  # optional: the vendor implementation, reference's signature
+        cost: {flops: "2*M*N*K", bytes: "(M*K + K*N + M*N) * dtype_bytes"}   # optional
         dtypes: [float16, bfloat16]  # optional override
         bench: {rep_ms: 50}          # optional, merged over defaults key by key
         targets: [sm90]              # optional override
@@ -69,6 +74,14 @@ Rules
 * ``bench``: ``warmup_ms``/``rep_ms`` positive numbers, ``l2_flush`` a bool,
   ``l2_flush_bytes`` a positive integer or null. YAML 1.1 reads ``1e3`` as a
   string: write ``1000`` or ``1.0e+3``.
+* ``default_config``: exactly the space's params; values need not be in the space. A string
+  value of a param whose space values are all numbers is an expression over the key dims
+  (the constraint language); it is evaluated for every shape at load. Launch options are
+  checked as in ``space``.
+* ``vendor``: ``module:attr`` like the other references; called with the inputs, like
+  ``reference``, and timed as the vendor baseline (so not the fp32 reference itself).
+* ``cost``: ``flops`` and/or ``bytes``, numbers or expressions over the key dims and
+  ``dtype_bytes`` (2 for float16/bfloat16, 4 for float32); non-negative for every shape.
 * ``cache``/``generated``: relative to the manifest's folder; ``{kernel}`` is
   the only placeholder; no two kernels may share an output path.
 """
@@ -91,7 +104,8 @@ from typing import Any, NoReturn
 import yaml
 
 from .errors import ManifestError, TuneError
-from .space import FUNCTIONS, LAUNCH_OPTIONS, ConfigSpace, Constraint, ConstraintError, parse_constraint
+from .cost import COST_NAMES, DTYPE_BYTES, Cost
+from .space import FUNCTIONS, LAUNCH_OPTIONS, ConfigSpace, Constraint, ConstraintError, DefaultConfig, parse_constraint
 
 __all__ = ["BenchSettings", "KernelSpec", "Manifest", "load_manifest"]
 
@@ -130,6 +144,9 @@ class KernelSpec:
     cache: str
     generated: str
     line: int
+    default_config: DefaultConfig | None = None  # what the kernel runs untuned: a baseline
+    vendor: str | None = None  # the vendor implementation (module:attr, reference's signature): a baseline
+    cost: Cost | None = None  # FLOPs and bytes of a shape, for rates and floors in reports
 
     def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
         """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
@@ -610,6 +627,7 @@ def _template(ctx: _Ctx, value: Any, key: str, line: int, what: str) -> str:
 _KERNEL_KEYS = (
     "kernel", "launch", "inputs", "reference", "key", "space", "constraints",
     "shapes", "interpreter_shapes", "dtypes", "bench", "targets", "cache", "generated",
+    "default_config", "vendor", "cost",
 )  # fmt: skip
 _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "reference", "key", "space", "shapes")
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -643,10 +661,15 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: _Defaults) -> KernelSpec:
             ctx, m["interpreter_shapes"], f"{key}.interpreter_shapes", m.value_lines["interpreter_shapes"], dims
         )
     s = _shared(ctx, m, key, base)
+    every_shape = tuple(dict.fromkeys(shapes + interp))
+    default = _default_config(ctx, m, key, space, dims, every_shape) if "default_config" in m else None
+    vendor = _module_attr(ctx, m["vendor"], f"{key}.vendor", m.value_lines["vendor"]) if "vendor" in m else None
+    cost = _cost(ctx, m, key, dims, every_shape, s.dtypes) if "cost" in m else None
     return KernelSpec(
         name=name, **refs, key=dims, space=space, shapes=shapes, interpreter_shapes=interp,
         dtypes=s.dtypes, bench=s.bench, targets=s.targets,
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
+        default_config=default, vendor=vendor, cost=cost,
     )  # fmt: skip
 
 
@@ -818,6 +841,83 @@ def _fail_constraint(
     if c is None:
         ctx.fail(m.key_lines.get("constraints"), f"{key}.constraints", problem, fix)
     ctx.fail(c.line, f"{key}.constraints[{space.constraints.index(c)}]", problem, fix)
+
+
+# --------------------------------------------------------------------------- #
+# Baselines and cost
+# --------------------------------------------------------------------------- #
+
+
+def _expression(ctx: _Ctx, text: str, names: Sequence[str], key: str, line: int) -> Constraint:
+    try:
+        return parse_constraint(text, names, line)
+    except ConstraintError as e:
+        ctx.fail(line, key, e.problem, e.fix)
+
+
+def _evaluate(ctx: _Ctx, expression: Constraint, env: dict[str, Any], key: str, line: int) -> Any:
+    try:
+        return expression.evaluate(env)
+    except Exception as e:  # noqa: BLE001 - any failure inside user code is reported
+        shown = " ".join(f"{k}={v}" for k, v in env.items())
+        ctx.fail(line, key, f"{expression.text!r} failed for {shown}: {type(e).__name__}: {e}",
+                 "guard the expression, e.g. 'x if d != 0 else 0'")
+
+
+def _default_config(
+    ctx: _Ctx, m: _Map, key: str, space: ConfigSpace, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]
+) -> DefaultConfig:
+    """Exactly the space's params; expressions are evaluated for every shape here, so a bad one
+    fails at load and not in the middle of a bench."""
+    dkey, line = f"{key}.default_config", m.value_lines["default_config"]
+    params = dict(space.params)
+    dm = _mapping(ctx, m["default_config"], dkey, line, allowed=tuple(params))
+    missing = [p for p in params if p not in dm]
+    if missing:
+        ctx.fail(line, dkey, f"missing param(s) {', '.join(missing)}",
+                 "give a value for every param of the space (the config the kernel runs untuned)")
+    values: list[tuple[str, Any]] = []
+    for name in params:
+        sub, vline, v = f"{dkey}.{name}", dm.value_lines[name], dm[name]
+        numeric = not any(isinstance(x, str) for x in params[name])
+        if isinstance(v, str) and numeric:
+            values.append((name, _expression(ctx, v, dims, sub, vline)))
+            for shape in shapes:
+                env = dict(zip(dims, shape, strict=True))
+                result = _evaluate(ctx, values[-1][1], env, sub, vline)
+                if not _is_number(result):
+                    ctx.fail(vline, sub, f"{v!r} gives {_describe(result)} for {env}", "make it a number")
+                _check_value(ctx, name, result, sub, vline)
+        else:
+            _check_value(ctx, name, v, sub, vline)
+            values.append((name, v))
+    return DefaultConfig(tuple(values))
+
+
+def _cost(
+    ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]
+) -> Cost:
+    ckey, line = f"{key}.cost", m.value_lines["cost"]
+    cm = _mapping(ctx, m["cost"], ckey, line, allowed=COST_NAMES)
+    if not cm:
+        ctx.fail(line, ckey, "no cost given", 'write e.g. cost: {flops: "2*M*N*K"} or remove the key')
+    parts: dict[str, Constraint] = {}
+    for name in cm:
+        sub, vline, v = f"{ckey}.{name}", cm.value_lines[name], cm[name]
+        if _is_number(v):
+            v = repr(v)
+        if not isinstance(v, str):
+            ctx.fail(vline, sub, f"expected a number or an expression string, got {_describe(v)}",
+                     f'write e.g. {name}: "2*M*N*K"')
+        parts[name] = _expression(ctx, v, (*dims, "dtype_bytes"), sub, vline)
+        for shape in shapes:
+            for dtype in dtypes:
+                env = {**dict(zip(dims, shape, strict=True)), "dtype_bytes": DTYPE_BYTES[dtype]}
+                result = _evaluate(ctx, parts[name], env, sub, vline)
+                if not _is_number(result) or result < 0:
+                    ctx.fail(vline, sub, f"{v!r} gives {_describe(result)} for {env}",
+                             "make it a non-negative number of " + name)
+    return Cost(**parts)
 
 
 # --------------------------------------------------------------------------- #

@@ -58,7 +58,8 @@ class CompileUnit:
 
 @dataclass(frozen=True)
 class BenchUnit:
-    """Measure every candidate config of one kernel on one (shape, dtype) on the local device."""
+    """Measure every candidate config of one kernel on one (shape, dtype) on the local device,
+    and the baselines the manifest declares (its default config, the vendor implementation)."""
 
     kernel: str
     shape: tuple[int, ...]
@@ -67,6 +68,9 @@ class BenchUnit:
     configs: tuple[Config, ...]
     fingerprint: str
     output: Path
+    default_config: Config | None = None
+    vendor: str = ""
+    baselines_fingerprint: str = ""  # "" when no baseline is planned
 
     @property
     def name(self) -> str:
@@ -189,6 +193,17 @@ def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype
                   spec.reference, spec.inputs)
 
 
+def baselines_fingerprint(spec: KernelSpec, vendor_code: str, bench_fp: str, default_config: Config | None) -> str:
+    """What decides the baselines of one bench unit: everything its configs' fingerprint covers
+    (the default config runs the kernel), the resolved default config, and the vendor function's
+    source. Kept apart from the bench fingerprint, so declaring or changing a baseline measures
+    the baselines alone, and records made before baselines existed keep their measurements."""
+    if default_config is None and not spec.vendor:
+        return ""
+    return digest("baselines", RECORD_FORMAT, bench_fp, default_config.params if default_config else None,
+                  spec.vendor or "", vendor_code)
+
+
 def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpec, ...]) -> Plan:
     """Expand the manifest into units; pure apart from reading kernel sources."""
     plan = Plan(manifest, device, [])
@@ -199,6 +214,7 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
     for spec in kernels:
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
         code = measured_code(sources, spec)
+        vendor_code = sources.closure([spec.vendor]) if spec.vendor else ""
         kp.compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
         shapes = spec.shapes_for(device.backend)
         configs_per_shape = {s: tuple(spec.space.configs_for(spec.shape_dict(s))) for s in shapes}
@@ -206,11 +222,13 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
         if device.target and device.target not in kp.targets:
             kp.targets = (*kp.targets, device.target)  # the bench launches need the local arch compiled
         for shape in shapes:
+            default = spec.default_config.resolve(spec.shape_dict(shape)) if spec.default_config else None
             for dtype in spec.dtypes:
                 fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
                 out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
                 kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
-                                                configs_per_shape[shape], fp, out))
+                                                configs_per_shape[shape], fp, out, default, spec.vendor or "",
+                                                baselines_fingerprint(spec, vendor_code, fp, default)))
         kp.specializations_path = work / "specialize" / f"{spec.name}.json"
         kp.specializations = read_table(kp.specializations_path,
                                         digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain))
@@ -269,10 +287,15 @@ class Staleness:
         return memo
 
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
-        """Done when a record under this fingerprint covers exactly the planned configs."""
+        """Done when a record under this fingerprint covers exactly the planned configs and
+        holds the planned baselines."""
         record = self.previous_record(kp, unit)
         return record is not None and not self.configs_to_measure(kp, unit) and \
-            len(_measured_ids(record)) == len(unit.configs)
+            len(_measured_ids(record)) == len(unit.configs) and _has_baselines(record, unit)
+
+    def baselines_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> bool:
+        """Whether this bench must (re-)measure its baselines: planned, and not in the record yet."""
+        return bool(unit.baselines_fingerprint) and not _has_baselines(self.previous_record(kp, unit), unit)
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
         """A compile runs only when it has no result yet and a bench of one of its launches still
@@ -299,7 +322,12 @@ class Staleness:
 
 
 def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
-    return record is not None and _measured_ids(record) == {c.id for c in unit.configs}
+    return record is not None and _measured_ids(record) == {c.id for c in unit.configs} and \
+        _has_baselines(record, unit)
+
+
+def _has_baselines(record: TuningRecord | None, unit: BenchUnit) -> bool:
+    return record is not None and record.baselines_fingerprint == unit.baselines_fingerprint
 
 
 def _measured_ids(record: TuningRecord | None) -> frozenset[str]:

@@ -184,6 +184,11 @@ class Constraint:
         """Evaluate against ``env`` (params and key dims); exceptions propagate."""
         return bool(eval(self._code, _EVAL_GLOBALS, env))  # noqa: S307 - whitelisted AST
 
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """The expression's value (the manifest's cost and default-config expressions use the
+        same whitelisted language); exceptions propagate."""
+        return eval(self._code, _EVAL_GLOBALS, env)  # noqa: S307 - whitelisted AST
+
     def __reduce__(self) -> tuple[Callable[..., Constraint], tuple[str, frozenset[str], int | None]]:
         # Code objects don't pickle; rebuild from the text so specs can go to worker processes.
         return (parse_constraint, (self.text, self.names, self.line))
@@ -414,6 +419,20 @@ class ConfigSpace:
             "constraints": [c.canonical() for c in self.constraints],
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+@dataclass(frozen=True)
+class DefaultConfig:
+    """The config a kernel runs untuned (the manifest's ``default_config``), measured as a
+    baseline beside the tuned pick. Each value is a literal or an expression over the key dims,
+    so a default that depends on the shape (one block spanning a row, say) can be written down."""
+
+    values: tuple[tuple[str, Any], ...]  # param -> literal, or a Constraint used as an expression
+
+    def resolve(self, shape: Mapping[str, int]) -> Config:
+        env = dict(shape)
+        return Config.from_dict({name: value.evaluate(env) if isinstance(value, Constraint) else value
+                                 for name, value in self.values})
 
 
 def _passes(constraints: tuple[Constraint, ...], env: dict[str, Any]) -> bool:

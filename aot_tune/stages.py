@@ -33,6 +33,8 @@ from .specialize import SpecializeRequest, launch_key
 from .tuning_schema import Measurement, TuningRecord
 
 BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
+#: The config a vendor baseline is recorded under (it has no params).
+VENDOR_CONFIG_ID = "vendor"
 
 
 class TuneSession:
@@ -49,6 +51,14 @@ class TuneSession:
         self.bench_window: list[float] = []  # monotonic: first bench task's start, last one's end
         self._window_lock = threading.Lock()
         self.specialized: Counter[str] = Counter()
+        self.baseline_status: Counter[str] = Counter()
+        self.spans: dict[str, list[float]] = {}  # stage -> [first start, last end], time.time()
+        self._spans_lock = threading.Lock()
+
+    def _span(self, stage: str, start: float, end: float) -> None:
+        with self._spans_lock:
+            span = self.spans.setdefault(stage, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
 
     def start_stage(self, stage: str, total: int) -> None:
         """Set the number of tasks the loader found stale; the count grows if more turn up."""
@@ -74,7 +84,7 @@ class TuneSession:
                 )))
         if not requests:
             return
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         with ThreadPoolExecutor(len(requests)) as threads:
             results = list(threads.map(lambda item: self.executors.specialize(item[1]), requests))
         for (kp, _), result in zip(requests, results):
@@ -84,6 +94,7 @@ class TuneSession:
             kp.specializations.write(kp.specializations_path)
             kp.plan_compiles(self.plan.toolchain, self.plan.work_dir)
             self.specialized["specializations"] += len({u.specialization for u in kp.compile_units})
+        self._span("specialize", began, time.time())
         eprint(f"[specialize] {self.specialized['launches']} launches of "
                f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
                f"{time.perf_counter() - start:.1f}s (worker start-up included)")
@@ -99,9 +110,10 @@ class TuneSession:
             launch_ref=spec.launch, inputs_ref=spec.inputs, config=unit.config.as_dict(), target=unit.target,
             shapes=(spec.shape_dict(shape),), dtypes=(dtype,),
         )
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         result = self.executors.compile(request, unit.config.id)
         self.seconds["compile"] += time.perf_counter() - start
+        self._span("compile", began, time.time())
         self.compile_status[result.status] += 1
         payload = {"fingerprint": unit.fingerprint, "config": unit.config.as_dict(), **asdict(result),
                    "specialization": unit.specialization,
@@ -111,12 +123,13 @@ class TuneSession:
 
     # -- bench -----------------------------------------------------------------------------
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
-        """Measure the configs this shape has no measurement of yet; keep the others; re-pick."""
+        """Measure the configs this shape has no measurement of yet; keep the others; re-pick.
+        Then the baselines, if the record lacks them (alone, for records made before them)."""
         spec = kp.spec
         previous = self.staleness.previous_record(kp, unit)
         to_measure = self.staleness.configs_to_measure(kp, unit)
         invalid = self._invalid_configs(kp, unit, to_measure)
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         self._widen_bench_window(time.monotonic())
         measurements: list[ConfigMeasurement] = []
         measurements.extend(ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid)
@@ -125,19 +138,25 @@ class TuneSession:
                                  shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
                                  config_id=config.id, config=config.params, settings=spec.bench)
                     for config in to_measure if config.id not in invalid]
+        baselines: dict[str, ConfigMeasurement] = {}
         with self.executors.devices.lease() as lease:
             info = lease.info
             if requests:
                 measurements.extend(lease.measure_all(requests, BENCH_TIMEOUT_S[self.plan.device.backend]))
             self.cache_hits += lease.cache_hits
             self.cache_misses += lease.cache_misses
+            if self.staleness.baselines_to_measure(kp, unit):
+                baselines = self._measure_baselines(kp, unit, lease)
         elapsed = time.perf_counter() - start
         self._widen_bench_window(time.monotonic())
         self.seconds["bench"] += elapsed
+        self._span("bench", began, time.time())
         self.bench_status.update(m.status for m in measurements)
         self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in measurements
                                         if m.method in ("events", "graph")) / 1e3
+        self.baseline_status.update(f"{role} {m.status}" for role, m in baselines.items())
         record = self._record(kp, unit, info, previous, measurements, elapsed)
+        _baselines_to_proto(record, unit, previous, baselines)
         if not record.HasField("best"):
             # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
@@ -149,6 +168,25 @@ class TuneSession:
         with self._window_lock:
             window = self.bench_window
             window[:] = [min(window[0], now), max(window[1], now)] if window else [now, now]
+
+    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease) -> dict[str, ConfigMeasurement]:
+        """The default config and the vendor function, on the device the configs just ran on.
+        Not counted in the Triton cache hit rate: a default outside the space has no AOT compile,
+        so the device worker compiles it."""
+        spec = kp.spec
+        common = dict(kernel=spec.name, root=str(self.plan.manifest.root), inputs_ref=spec.inputs,
+                      reference_ref=spec.reference, shape=tuple(spec.shape_dict(unit.shape).items()),
+                      dtype=unit.dtype, settings=spec.bench)
+        requests = {}
+        if unit.default_config is not None:
+            requests["default"] = BenchRequest(launch_ref=spec.launch, config_id=unit.default_config.id,
+                                               config=unit.default_config.params, **common)
+        if unit.vendor:
+            requests["vendor"] = BenchRequest(launch_ref=unit.vendor, config_id=VENDOR_CONFIG_ID, config=(),
+                                              plain=True, **common)
+        roles = {request.config_id: role for role, request in requests.items()}
+        measured = lease.measure_all(list(requests.values()), BENCH_TIMEOUT_S[self.plan.device.backend])
+        return {roles[m.config_id]: m for m in measured}
 
     def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
@@ -166,7 +204,8 @@ class TuneSession:
                 measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
         spec = kp.spec
         record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
-                              dtype=unit.dtype, fingerprint=unit.fingerprint, bench_seconds=round(elapsed, 3),
+                              dtype=unit.dtype, fingerprint=unit.fingerprint,
+                              bench_seconds=round(elapsed + (previous.bench_seconds if previous else 0.0), 3),
                               measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
         # these); the worker adds what only it can read. The plan reads versions from package
@@ -231,6 +270,21 @@ class TuneSession:
         return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)
 
     # -- summary ---------------------------------------------------------------------------
+    def run_record(self, started: float, ended: float, ok: bool) -> dict | None:
+        """Where this run's time went (aot_tune.runlog); None when no stage ran."""
+        if not self.spans:
+            return None
+        return {
+            "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            "wall_s": round(ended - started, 3), "ok": ok,
+            "device": self.plan.device.key, "backend": self.plan.device.backend,
+            "kernels": sorted(kp.spec.name for kp in self.plan.kernels),
+            "stages": {stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in self.spans.items()},
+            "worker_seconds": {k: round(v, 3) for k, v in sorted(self.seconds.items())},
+            "compile": dict(self.compile_status), "bench": dict(self.bench_status),
+            "baselines": dict(self.baseline_status),
+        }
+
     def summary(self) -> str:
         lines = []
         if self.specialized:
@@ -242,6 +296,9 @@ class TuneSession:
             by_reason = ", ".join(f"{k} {v}" for k, v in invalid.items()) or "none"
             lines.append(f"compile: {total} compiled, {self.compile_status['ok']} valid, "
                          f"{sum(invalid.values())} invalid ({by_reason}); {self.seconds['compile']:.1f}s of worker time")
+        if self.baseline_status:
+            measured = ", ".join(f"{k} {v}" for k, v in sorted(self.baseline_status.items()))
+            lines.append(f"baselines: {measured}")
         if self.bench_status:
             total = sum(self.bench_status.values())
             failed = ", ".join(f"{k} {v}" for k, v in sorted(self.bench_status.items()) if k != "ok") or "none"
@@ -292,6 +349,25 @@ def _measurement_proto(m: ConfigMeasurement, config: Config) -> Measurement:
 def _clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:
     clocks.sm_mhz_start, clocks.sm_mhz_end = start.sm_mhz, end.sm_mhz
     clocks.memory_mhz_start, clocks.memory_mhz_end = start.memory_mhz, end.memory_mhz
+
+
+def _baselines_to_proto(record: TuningRecord, unit: BenchUnit, previous: TuningRecord | None,
+                        measured: dict[str, ConfigMeasurement]) -> None:
+    """The planned baselines: measured now, or kept from the previous record that holds them."""
+    if not unit.baselines_fingerprint:
+        return
+    if not measured:
+        if previous is not None and previous.baselines_fingerprint == unit.baselines_fingerprint:
+            for field in ("default_baseline", "vendor_baseline"):
+                if previous.HasField(field):
+                    getattr(record, field).CopyFrom(getattr(previous, field))
+            record.vendor, record.baselines_fingerprint = previous.vendor, previous.baselines_fingerprint
+        return
+    if "default" in measured:
+        record.default_baseline.CopyFrom(_measurement_proto(measured["default"], unit.default_config))
+    if "vendor" in measured:
+        record.vendor_baseline.CopyFrom(_measurement_proto(measured["vendor"], Config(())))
+    record.vendor, record.baselines_fingerprint = unit.vendor, unit.baselines_fingerprint
 
 
 def _no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:

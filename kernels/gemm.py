@@ -74,6 +74,11 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.float() @ b.float()).to(a.dtype)
 
 
+def vendor(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.matmul in the input dtype (cuBLAS on a GPU): the vendor baseline of reports."""
+    return torch.matmul(a, b)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torch.Tensor:
     """Launch ``matmul_kernel`` over cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:

@@ -43,6 +43,11 @@ def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return y.to(x.dtype)
 
 
+def vendor(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """torch.nn.functional.rms_norm in the input dtype: the vendor baseline of reports."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, EPS)
+
+
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, config: dict | None = None) -> torch.Tensor:
     """Launch ``rmsnorm_kernel`` with one program per row.
 

@@ -38,6 +38,11 @@ def reference(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x.float(), dim=-1).to(x.dtype)
 
 
+def vendor(x: torch.Tensor) -> torch.Tensor:
+    """torch.softmax in the input dtype: the vendor baseline of reports."""
+    return torch.softmax(x, dim=-1)
+
+
 def softmax(x: torch.Tensor, config: dict | None = None) -> torch.Tensor:
     """Launch ``softmax_kernel`` with one program per row.
 

@@ -1,6 +1,7 @@
 """Element-wise vector addition: the smallest kernel, and the example of ``@aot_tune.autotune``.
 
-Contract used by the tuner: ``add_kernel``, ``make_inputs``, ``reference``, ``add``.
+Contract used by the tuner: ``add_kernel``, ``make_inputs``, ``reference``, ``add``, and
+``vendor`` (the baseline reports compare with).
 Key dim: ``n`` (number of elements). ``add`` passes no config: the decorator launches the
 generated table's config, or the candidate ``doit tune`` is measuring.
 """
@@ -40,6 +41,11 @@ def make_inputs(shape: dict[str, int], dtype: torch.dtype, device) -> tuple[torc
 def reference(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x + y computed in float32, returned in the input dtype."""
     return (x.float() + y.float()).to(x.dtype)
+
+
+def vendor(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """torch.add in the input dtype: the vendor baseline of reports."""
+    return torch.add(x, y)
 
 
 def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -46,6 +46,9 @@ kernels:
       num_stages: [4]
       num_warps: [4, 8]
     shapes: [{M: 512, N: 512, K: 512}, {M: 1000, N: 520, K: 264}]
+    default_config: {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, GROUP_M: 8, num_stages: 3, num_warps: 4}
+    vendor: kernels.gemm:vendor
+    cost: {flops: "2 * M * N * K"}
 """
 
 
@@ -88,6 +91,21 @@ def test_tuned_tables_launch_correctly_on_this_gpu(tuned):
     out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
                          env=subprocess_env(project))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_baselines_are_measured_on_the_gpu_and_reported(tuned):
+    """The default config (outside the space: compiled by the device worker, and not counted in
+    the hit rate above) and torch.matmul, in the same bench task; the report shows both."""
+    from aot_tune.cache import read_cache
+
+    project, proc = tuned
+    assert "baselines: default ok 2, vendor ok 2" in proc.stderr
+    for record in read_cache(project / "generated" / "gemm.tuning.pb").records:
+        assert record.default_baseline.median_ms > 0 and record.vendor_baseline.median_ms > 0
+        assert record.vendor_baseline.method in ("events", "graph")
+    report = doit(project, "report")
+    assert report.returncode == 0, report.stderr
+    assert "TFLOP/s" in (project / "report" / "summary.md").read_text()
 
 
 def test_second_run_executes_nothing_and_check_passes(tuned):

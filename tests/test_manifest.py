@@ -525,3 +525,61 @@ def test_mutations_raise_only_manifest_error(tmp_path: Path, monkeypatch: pytest
             load(tmp_path, monkeypatch, "".join(text))
         except ManifestError as err:
             assert err.fix and "\n" not in str(err)
+
+
+# --------------------------------------------------------------------------- baselines and cost
+
+BASELINES = edit("""    shapes:
+      - {ROWS: 4, COLS: 128}
+""", """    shapes:
+      - {ROWS: 4, COLS: 128}
+    default_config: {BLOCK: "max(128, next_pow2(COLS))", num_warps: 4}
+    vendor: kernels.softmax:vendor
+    cost: {bytes: "2 * ROWS * COLS * dtype_bytes", flops: 0}
+""")
+
+
+def test_baselines_and_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = load(tmp_path, monkeypatch, BASELINES)
+    softmax = m.kernel("softmax")
+    assert softmax.vendor == "kernels.softmax:vendor"
+    assert softmax.default_config.resolve({"ROWS": 4, "COLS": 300}).as_dict() == {"BLOCK": 512, "num_warps": 4}
+    assert softmax.default_config.resolve({"ROWS": 1, "COLS": 16}).as_dict() == {"BLOCK": 128, "num_warps": 4}
+    work = softmax.cost.work({"ROWS": 4, "COLS": 128}, "float32")
+    assert (work.flops, work.bytes) == (0.0, 2 * 4 * 128 * 4)
+    pickle.loads(pickle.dumps(m))  # specs travel to worker processes
+    gemm = m.kernel("gemm")
+    assert (gemm.default_config, gemm.vendor, gemm.cost) == (None, None, None)
+
+
+def test_repository_manifest_declares_every_baseline() -> None:
+    m = load_manifest(REPO / "tuning.yaml")
+    for spec in m.kernels:
+        assert spec.default_config is not None and spec.vendor and spec.cost, spec.name
+
+
+@pytest.mark.parametrize("old,new,needle,key", [
+    ('num_warps: 4}\n    vendor', 'num_warps: 3}\n    vendor', "num_warps must be", "default_config.num_warps"),
+    ('BLOCK: "max(128, next_pow2(COLS))", ', '', "missing param(s) BLOCK", "default_config"),
+    ('num_warps: 4}\n    vendor', 'num_warps: 4, BLOK: 1}\n    vendor', "did you mean 'BLOCK'", "default_config.BLOK"),
+    ('"max(128, next_pow2(COLS))"', '"max(128, next_pow2(C))"', "unknown name 'C'", "default_config.BLOCK"),
+    ('"max(128, next_pow2(COLS))"', '"128 // (COLS - 128)"', "ZeroDivisionError", "default_config.BLOCK"),
+    ('"max(128, next_pow2(COLS))"', '"COLS > 3"', "make it a number", "default_config.BLOCK"),
+    ("vendor: kernels.softmax:vendor", "vendor: kernels.softmax.vendor", "separate the attribute", "vendor"),
+    ('bytes: "2 * ROWS * COLS * dtype_bytes"', 'bytes: "2 * ROWS * dtype"', "unknown name 'dtype'", "cost.bytes"),
+    ('flops: 0', 'flops: "-ROWS"', "non-negative", "cost.flops"),
+    ('flops: 0', 'flop: 0', "did you mean 'flops'", "cost.flop"),
+    ('flops: 0', 'flops: [1]', "expected a number or an expression", "cost.flops"),
+])
+def test_baseline_and_cost_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old, new, needle, key) -> None:
+    text = edit(old, new, BASELINES)
+    err = fail(tmp_path, monkeypatch, text)
+    assert err.key == f"kernels.softmax.{key}", str(err)
+    assert needle in str(err), str(err)
+    assert err.line is not None and text.splitlines()[err.line - 1].strip(), str(err)
+
+
+def test_empty_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    err = fail(tmp_path, monkeypatch, edit('cost: {bytes: "2 * ROWS * COLS * dtype_bytes", flops: 0}', "cost: {}",
+                                           BASELINES))
+    assert err.key == "kernels.softmax.cost" and "no cost given" in str(err)

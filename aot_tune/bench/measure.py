@@ -75,6 +75,7 @@ class Workload:
         import torch
 
         self.kernel = request.kernel
+        self.root = request.root
         self.launch = resolve(request.root, request.launch_ref)
         self._make_inputs = resolve(request.root, request.inputs_ref)
         self._reference = resolve(request.root, request.reference_ref)
@@ -114,6 +115,15 @@ class Workload:
 
     def run(self, index: int, config: dict) -> Any:
         return launch_with_config(self.launch, self.inputs(index), config, kernel=self.kernel)
+
+    def runner(self, request: BenchRequest) -> Callable[[int], Any]:
+        """What one launch of the request does on input set ``i``: the kernel with the request's
+        config, or (``plain``) the named function as it is, e.g. the vendor baseline."""
+        if request.plain:
+            function = resolve(self.root, request.launch_ref)
+            return lambda i: function(*self.inputs(i))
+        config = dict(request.config)
+        return lambda i: self.run(i, config)
 
     def rotation_for(self, settings: BenchSettings, l2_bytes: int) -> "Rotation":
         """How many input sets timed launches cycle through (decided once per shape)."""
@@ -225,14 +235,14 @@ def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_b
                    clocks: GpuClocks | None) -> "ConfigTiming | ConfigMeasurement":
     """Check the config against the reference and warm it up (which decides how it is timed);
     a failure is returned as its measurement."""
-    config = dict(request.config)
     began = time.perf_counter()
     start = clocks.read() if clocks else ClockReading()
     read_clocks = time.perf_counter() - began
     index = workload.next_check_set()
     began = time.perf_counter()
     try:
-        output = workload.run(index, config)
+        run = workload.runner(request)
+        output = run(index)
         if backend == "cuda":
             import torch
 
@@ -244,12 +254,11 @@ def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_b
         checked = time.perf_counter()
         if backend != "cuda":
             return ConfigTiming(request, clocks, start, error, {"check": checked - began, "clocks": read_clocks},
-                                wall=lambda: workload.run(index, config))
+                                wall=lambda: run(index))
         rotation = workload.rotation_for(request.settings, l2_bytes)
-        launch = lambda i: workload.run(i, config)  # noqa: E731
-        gpu_ms, host_ms, next_set, warmed_ms = _warm_up(launch, rotation.sets, request.settings.warmup_ms)
+        gpu_ms, host_ms, next_set, warmed_ms = _warm_up(run, rotation.sets, request.settings.warmup_ms)
         phases = {"check": checked - began, "warmup": time.perf_counter() - checked, "clocks": read_clocks}
-        return ConfigTiming(request, clocks, start, error, phases, launch=launch, rotation=rotation,
+        return ConfigTiming(request, clocks, start, error, phases, launch=run, rotation=rotation,
                             gpu_ms=gpu_ms, host_ms=host_ms, next_set=next_set, warmed_ms=warmed_ms)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
         return _runtime_error(request, exc)

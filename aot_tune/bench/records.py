@@ -24,6 +24,9 @@ class BenchRequest:
     config_id: str
     config: tuple[tuple[str, object], ...]
     settings: BenchSettings
+    #: Call ``launch_ref(*inputs)`` as it is, with no config: a vendor implementation (torch) timed
+    #: as a baseline by the same engine.
+    plain: bool = False
 
 
 @dataclass

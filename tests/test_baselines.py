@@ -1,0 +1,77 @@
+"""Baselines (the default config and the vendor function) through real `doit tune` runs under the
+interpreter: declaring them on a tuned project measures them alone, keeping every config's
+measurement; a run after that does nothing; editing the vendor function re-measures only it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tunerun import executed, make_project, tune
+
+from aot_tune.cache import config_from_proto, read_cache
+
+MANIFEST = """\
+version: 1
+defaults:
+  targets: [sm90]
+  bench: {warmup_ms: 1, rep_ms: 1}
+kernels:
+  vector_add:
+    kernel: kernels.vector_add:add_kernel
+    launch: kernels.vector_add:add
+    inputs: kernels.vector_add:make_inputs
+    reference: kernels.vector_add:reference
+    key: [n]
+    space:
+      BLOCK_SIZE: [128, 1024]
+      num_warps: [4]
+    shapes:
+      - {n: 1000}
+"""
+BASELINES = """\
+    default_config: {BLOCK_SIZE: "max(256, next_pow2(n))", num_warps: 4}
+    vendor: kernels.vector_add:vendor
+"""
+
+
+def configs_of(project: Path) -> dict:
+    (record,) = read_cache(project / "generated" / "vector_add.tuning.pb").records
+    return {m.config.id: (m.median_ms, tuple(m.times_ms)) for m in record.measurements}, record
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    project = make_project(tmp_path_factory.mktemp("baselines"), MANIFEST)
+    tune(project, "-n", "2")
+    return project
+
+
+def test_declared_baselines_are_measured_alone_then_kept(project):
+    before, old = configs_of(project)
+    assert not old.HasField("default_baseline") and old.baselines_fingerprint == ""
+
+    (project / "tuning.yaml").write_text(MANIFEST + BASELINES)
+    proc = tune(project, "-n", "2")
+    names = executed(proc)
+    assert not [n for n in names if n.startswith("compile:")]
+    assert "bench:vector_add:interpreter:float16:1000" in names
+    assert "baselines: default ok 1, vendor ok 1" in proc.stderr
+    assert "bench: " not in proc.stderr  # no config was measured again
+    after, record = configs_of(project)
+    assert after == before  # the configs' statistics are the ones of the first run
+    assert config_from_proto(record.default_baseline.config) == {"BLOCK_SIZE": 1024, "num_warps": 4}
+    assert record.default_baseline.status == record.vendor_baseline.status == "ok"
+    assert record.vendor_baseline.config.id == "vendor" and record.vendor == "kernels.vector_add:vendor"
+    assert record.default_baseline.median_ms > 0 and record.vendor_baseline.median_ms > 0
+    assert not record.vendor_baseline.times_ms  # merged caches keep statistics, not samples
+    assert record.bench_seconds > old.bench_seconds  # the first task's time, and the baselines' on top
+
+    assert executed(tune(project, "-n", "2")) == []
+
+    source = project / "kernels" / "vector_add.py"
+    source.write_text(source.read_text().replace("return torch.add(x, y)", "return x + y"))
+    proc = tune(project, "-n", "2")
+    assert [n for n in executed(proc) if n.startswith(("compile:", "bench:"))] == \
+        ["bench:vector_add:interpreter:float16:1000"]
+    again, changed = configs_of(project)
+    assert again == before and changed.baselines_fingerprint != record.baselines_fingerprint
