@@ -22,6 +22,7 @@ from .bench.nvml import ClockReading
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .codegen import render_module
 from .compile import CompileRequest
+from .errors import BenchUnavailable
 from .executors import Executors
 from .fileio import write_atomic
 from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
@@ -110,26 +111,28 @@ class TuneSession:
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
         """Measure the configs this shape has no measurement of yet; keep the others; re-pick."""
         spec = kp.spec
+        device = self.plan.device_of(unit)
         previous = self.staleness.previous_record(kp, unit)
         to_measure = self.staleness.configs_to_measure(kp, unit)
         invalid = self._invalid_configs(kp, unit, to_measure)
+        measurements = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
+        requests = [BenchRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+            inputs_ref=spec.inputs, reference_ref=spec.reference,
+            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+            config_id=config.id, config=config.params, settings=spec.bench,
+            kernel_hashes=self._kernel_hashes(kp, unit, config, device),
+        ) for config in to_measure if config.id not in invalid]
         start = time.perf_counter()
-        measurements: list[ConfigMeasurement] = []
-        with self.executors.devices.lease() as lease:
-            info = lease.info
-            for config in to_measure:
-                if config.id in invalid:
-                    measurements.append(ConfigMeasurement(config.id, "invalid", invalid[config.id]))
-                    continue
-                request = BenchRequest(
-                    kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
-                    inputs_ref=spec.inputs, reference_ref=spec.reference,
-                    shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
-                    config_id=config.id, config=config.params, settings=spec.bench,
-                )
-                measurements.append(lease.measure(request, BENCH_TIMEOUT_S[self.plan.device.backend]))
-            self.cache_hits += lease.cache_hits
-            self.cache_misses += lease.cache_misses
+        try:
+            with self.executors.devices.lease(device) as lease:  # a local GPU, or a cluster's GPU of this model
+                measurements += lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend])
+                info = lease.info
+                self.cache_hits += lease.cache_hits
+                self.cache_misses += lease.cache_misses
+        except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            return TaskFailed(f"{unit.name}: {exc}")
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
         self.bench_status.update(m.status for m in measurements)
@@ -143,7 +146,7 @@ class TuneSession:
 
     def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
-        targets = kp.bench_targets(self.plan.device)
+        targets = kp.bench_targets(self.plan.device_of(unit))
         invalid = {}
         for config in configs:
             results = [read_compile_result(c) for c in kp.compiles_for(unit, config, targets)]
@@ -152,6 +155,13 @@ class TuneSession:
                 first = known[0]
                 invalid[config.id] = f"{first.status}: {first.message}".strip(": ")
         return invalid
+
+    def _kernel_hashes(self, kp: KernelPlan, unit: BenchUnit, config: Config, device) -> tuple[str, ...]:
+        """The Triton cache entries a GPU launch of this config uses (a remote worker gets them shipped)."""
+        if device.target is None:
+            return ()
+        results = (read_compile_result(c) for c in kp.compiles_for(unit, config, (device.target,)))
+        return tuple(sorted({h for r in results if r is not None for h in r.specializations}))
 
     def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo, previous: TuningRecord | None,
                 measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
@@ -162,7 +172,7 @@ class TuneSession:
         # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
         # these); the worker adds what only it can read. The plan reads versions from package
         # metadata, which may drop a local tag that torch.__version__ has (2.11.0 vs 2.11.0+cu130).
-        device = self.plan.device
+        device = self.plan.device_of(unit)
         record.device.key, record.device.name = device.key, device.name
         record.device.compute_capability, record.device.backend = device.compute_capability, device.backend
         record.toolchain.triton, record.toolchain.torch = self.plan.toolchain["triton"], self.plan.toolchain["torch"]
@@ -196,7 +206,7 @@ class TuneSession:
     def merge(self, kp: KernelPlan) -> None:
         """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
         existing = self.staleness.cache(kp)
-        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device.key)]
+        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device_keys)]
         fresh = []
         for unit in kp.bench_units:
             if unit.output.exists():
@@ -237,7 +247,7 @@ class TuneSession:
             total = sum(self.bench_status.values())
             failed = ", ".join(f"{k} {v}" for k, v in sorted(self.bench_status.items()) if k != "ok") or "none"
             line = f"bench: {total} config measurements, {self.bench_status['ok']} ok, failed: {failed}"
-            if self.plan.device.backend == "cuda":
+            if any(d.backend == "cuda" for d in self.plan.devices):
                 lookups = self.cache_hits + self.cache_misses
                 rate = 100.0 * self.cache_hits / lookups if lookups else 100.0
                 line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"

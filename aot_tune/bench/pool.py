@@ -59,6 +59,10 @@ class DeviceLease:
             self._pool.discard(self.index)
         return result
 
+    def measure_all(self, requests: list[BenchRequest], timeout_s: float) -> list[ConfigMeasurement]:
+        """Measure configs one after another on this device (a batch of one bench task)."""
+        return [self.measure(request, timeout_s) for request in requests]
+
 
 class DevicePool:
     """Device workers for one backend: ``cuda`` (one per visible GPU) or ``interpreter`` (one)."""
@@ -77,7 +81,9 @@ class DevicePool:
         self._context = multiprocessing.get_context("spawn")
 
     @contextlib.contextmanager
-    def lease(self) -> Iterator[DeviceLease]:
+    def lease(self, device=None) -> Iterator[DeviceLease]:
+        """Hold a free device of this pool (all of one model: ``device``, the model a bench task
+        asks for, is the pool's own) until the block ends."""
         self._start_all_once()
         index = self._free.get()
         try:

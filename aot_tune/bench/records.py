@@ -24,6 +24,9 @@ class BenchRequest:
     config_id: str
     config: tuple[tuple[str, object], ...]
     settings: BenchSettings
+    #: Triton kernel hashes of the compiles a GPU launch of this config uses (from the compile
+    #: stage), so a worker on another machine can be given those Triton cache entries.
+    kernel_hashes: tuple[str, ...] = ()
 
 
 @dataclass
