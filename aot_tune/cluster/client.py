@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import threading
 import time
@@ -53,6 +54,11 @@ class ClusterDevices:
         except ImportError:
             raise TuneError("--executor dask needs Dask's distributed package; fix: pip install "
                             "'aot-tune[distributed]' (dask and distributed) here and on the workers") from None
+        # Dask logs its reconnection attempts with tracebacks; what they mean for the run is
+        # reported here, one line per bench task.
+        for name in ["distributed", *logging.root.manager.loggerDict]:
+            if name.startswith("distributed"):
+                logging.getLogger(name).setLevel(logging.CRITICAL)
         self.address = address
         self.worker_wait_s = worker_wait_s
         self._log = log
