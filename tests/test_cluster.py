@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,8 @@ def test_merging_a_cluster_run_keeps_other_models_and_drops_unplanned_shapes(tmp
 # -- the Triton cache entries shipped to a worker ------------------------------------------------
 def test_a_shipped_cache_entry_is_a_hit_in_another_cache_folder(tmp_path, compile_executors):
     """Pack the compile stage's entry, install it into another folder (as a worker does), and a
-    fresh process compiling the same launch there finds it: Triton compiles nothing."""
+    fresh process launching the same kernel from another copy of the sources finds it there:
+    Triton compiles nothing."""
     from aot_tune.executors import Executors
 
     project = make_project(tmp_path / "project", MANIFEST)
@@ -109,9 +111,11 @@ def test_a_shipped_cache_entry_is_a_hit_in_another_cache_folder(tmp_path, compil
     assert not install_cache_entry(str(other), kernel_hash, packed)  # already there
     group = json.loads((other / cache_entry_folder(kernel_hash) / "__grp__add_kernel.json").read_text())
     assert all(Path(p).parent == other / cache_entry_folder(kernel_hash) for p in group["child_paths"].values())
+    # The worker imports the kernel from the sources it was sent, in another folder.
+    elsewhere = make_project(tmp_path / "worker-sources", MANIFEST)
     fresh = Executors(INTERPRETER_DEVICE, other, compile_jobs=1)
     try:
-        again = fresh.compile(request, "c512")
+        again = fresh.compile(replace(request, root=str(elsewhere)), "c512")
     finally:
         fresh.close()
     assert (again.status, again.cache_hits, again.cache_misses) == ("ok", 1, 0)
