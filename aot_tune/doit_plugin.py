@@ -96,6 +96,8 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {device.notice}")
         plan.work_dir.mkdir(parents=True, exist_ok=True)
         jobs = int(self.options.get("num_process") or self.jobs)
+        if cluster is not None:  # -n may exceed the local cores to keep a big cluster's GPUs busy; compiles may not
+            jobs = min(jobs, self.jobs)
         self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster))
         if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
             try:

@@ -25,6 +25,7 @@ from .compile import CompileRequest
 from .errors import BenchUnavailable
 from .executors import Executors
 from .fileio import write_atomic
+from .hardware import LocalDevice
 from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
 from .progress import Progress
 from .select import choose, median_interval
@@ -156,7 +157,7 @@ class TuneSession:
                 invalid[config.id] = f"{first.status}: {first.message}".strip(": ")
         return invalid
 
-    def _kernel_hashes(self, kp: KernelPlan, unit: BenchUnit, config: Config, device) -> tuple[str, ...]:
+    def _kernel_hashes(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: LocalDevice) -> tuple[str, ...]:
         """The Triton cache entries a GPU launch of this config uses (a remote worker gets them shipped)."""
         if device.target is None:
             return ()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from dataclasses import replace
@@ -127,9 +128,27 @@ def test_packing_a_missing_entry_gives_none(tmp_path):
 
 
 # -- runs on a local Dask cluster ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory, compile_executors) -> Path:
+    """The project with its specialize and compile stages done once (in the session's compile
+    worker), so each run below starts at the bench stage."""
+    from aot_tune.stages import TuneSession
+
+    project = make_project(tmp_path_factory.mktemp("compiled"), MANIFEST)
+    manifest = load_manifest(project / "tuning.yaml")
+    plan = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
+    session = TuneSession(plan, compile_executors)
+    session.specialize()
+    units = [(kp, unit) for kp in plan.kernels for unit in kp.compile_units]
+    session.start_stage("compile", len(units))
+    for kp, unit in units:
+        session.compile(kp, unit)
+    return project
+
+
 @pytest.fixture
-def project(tmp_path) -> Path:
-    return make_project(tmp_path / "project", MANIFEST)
+def project(compiled, tmp_path) -> Path:
+    return Path(shutil.copytree(compiled, tmp_path / "project"))
 
 
 def cluster(tmp_path: Path, workers: int):
