@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from tunerun import doit, executed, make_project, subprocess_env, tune
 
+from aot_tune.bench.records import BenchRequest
 from aot_tune.cache import read_cache, read_record
 from aot_tune.compile import CompileRequest
 from aot_tune.hardware import INTERPRETER_DEVICE, LocalDevice
@@ -254,6 +255,40 @@ def test_when_the_scheduler_goes_away_the_run_fails_cleanly_and_resumes(project,
     assert rerun and not rerun & finished
     assert len(outputs(project)) == len(SHAPES)
     assert doit(project, "check").returncode == 0
+
+
+def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_path, compile_executors):
+    """The path a GPU batch takes, on an interpreter worker: the entries of its compiles are packed
+    and compressed here, sent with the batch, and installed once into the worker's Triton cache."""
+    from aot_tune.cluster.client import ClusterDevices
+    from aot_tune.cluster.remote import RemoteBatch
+    from aot_tune.triton_compat import versions
+
+    manifest = load_manifest(project / "tuning.yaml")
+    plan = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
+    kp = plan.kernels[0]
+    unit = kp.bench_units[0]
+    hashes = sorted({h for c in kp.compile_units for h in json.loads(c.output.read_text())["specializations"]})
+    assert hashes
+    spec = kp.spec
+    request = BenchRequest(kernel=spec.name, root=str(project), launch_ref=spec.launch, inputs_ref=spec.inputs,
+                           reference_ref=spec.reference, shape=(("n", unit.shape[0]),), dtype=unit.dtype,
+                           config_id=unit.configs[0].id, config=unit.configs[0].params, settings=spec.bench,
+                           kernel_hashes=tuple(hashes))
+    with cluster(tmp_path, 1) as dask:
+        devices = ClusterDevices(str(dask.scheduler_file), worker_wait_s=10, log=lambda line: None)
+        try:
+            (device,) = devices.discover(versions())
+            devices.use_project(project, [spec.kernel, spec.launch, spec.inputs, spec.reference],
+                                Path(compile_executors.triton_cache_dir))
+            entries = devices.cache_entries([request])
+            assert sorted(entries) == hashes
+            results = [devices.run(RemoteBatch(f"check {i}", device.key, device.backend, devices._sources,
+                                               (request,), entries, 600.0)) for i in range(2)]
+        finally:
+            devices.close()
+    assert [r.entries_installed for r in results] == [len(hashes), 0]  # the second batch found them there
+    assert all(r.measurements[0].status == "ok" and r.worker == "t-interpreter0" for r in results)
 
 
 def test_dask_options_are_checked_with_one_line(project):

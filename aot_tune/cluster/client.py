@@ -23,6 +23,7 @@ import os
 import threading
 import time
 import uuid
+import zlib
 from pathlib import Path
 from typing import Iterable
 
@@ -59,6 +60,10 @@ class ClusterDevices:
         for name in ["distributed", *logging.root.manager.loggerDict]:
             if name.startswith("distributed"):
                 logging.getLogger(name).setLevel(logging.CRITICAL)
+        import dask
+
+        # A batch carries its Triton cache entries (a few MB for a big GEMM space): on purpose.
+        dask.config.set({"distributed.admin.large-graph-warning-threshold": "256MB"})
         self.address = address
         self.worker_wait_s = worker_wait_s
         self._log = log
@@ -181,12 +186,15 @@ class ClusterDevices:
 
     # -- used by leases --------------------------------------------------------------------
     def cache_entries(self, requests: list[BenchRequest]) -> dict[str, dict[str, bytes]]:
-        """Packed Triton cache entries of every compile the requests' launches use (packed once per run)."""
+        """Triton cache entries of every compile the requests' launches use, each file compressed
+        (a cubin to about a third); packed once per run."""
         entries = {}
         for kernel_hash in sorted({h for r in requests for h in r.kernel_hashes}):
             with self._packed_lock:
                 if kernel_hash not in self._packed:
-                    self._packed[kernel_hash] = pack_cache_entry(self._triton_cache_dir, kernel_hash)
+                    files = pack_cache_entry(self._triton_cache_dir, kernel_hash)
+                    self._packed[kernel_hash] = None if files is None else \
+                        {name: zlib.compress(data, 1) for name, data in files.items()}
                 packed = self._packed[kernel_hash]
             if packed is not None:
                 entries[kernel_hash] = packed

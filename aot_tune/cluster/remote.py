@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import threading
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -45,7 +46,7 @@ class RemoteBatch:
     backend: str
     sources: SourceBundle
     requests: tuple[BenchRequest, ...]
-    cache_entries: dict[str, dict[str, bytes]]  # kernel hash -> packed Triton cache entry
+    cache_entries: dict[str, dict[str, bytes]]  # kernel hash -> file name -> zlib-compressed content
     timeout_s: float
 
 
@@ -129,8 +130,9 @@ def run_batch(batch: RemoteBatch) -> BatchResult:
         if multiprocessing.current_process().daemon:
             raise RuntimeError("this Dask worker is a daemonic process (a nanny's child) and cannot start its "
                                "device process; start bench workers with `python -m aot_tune.cluster worker`")
-        installed = sum(triton_compat.install_cache_entry(state.triton_cache_dir, kernel_hash, files)
-                        for kernel_hash, files in batch.cache_entries.items())
+        installed = sum(triton_compat.install_cache_entry(
+            state.triton_cache_dir, kernel_hash, {name: zlib.decompress(data) for name, data in files.items()})
+            for kernel_hash, files in batch.cache_entries.items())
         pool, root = state.pool(batch.backend, batch.sources)
         print(f"[aot_tune {dask_worker.name}] {batch.label}: {len(batch.requests)} configs "
               f"({installed} Triton cache entries installed)", file=sys.stderr, flush=True)
