@@ -22,6 +22,7 @@ from .executors import Executors
 from .hardware import BACKENDS, detect
 from .plan import WORK_DIR, build_plan
 from .runlog import append_run
+from .triton_compat import versions
 from .stages import TuneSession, eprint
 
 opt_manifest = {
@@ -32,12 +33,27 @@ opt_backend = {
     "name": "bench_backend", "long": "bench-backend", "type": str, "default": "auto",
     "help": f"where to benchmark: {', '.join(BACKENDS)} (auto: cuda when a GPU is visible) [default: %(default)s]",
 }
+EXECUTORS = ("local", "dask")
+opt_executor = {
+    "name": "executor", "long": "executor", "type": str, "default": "local",
+    "help": "where the bench stage runs: local (a worker per local GPU) or dask (the GPUs of the Dask "
+            "cluster at --scheduler, every GPU model it has) [default: %(default)s]",
+}
+opt_scheduler = {
+    "name": "scheduler", "long": "scheduler", "type": str, "default": "",
+    "help": "with --executor dask: the scheduler's address (tcp://host:8786) or scheduler file",
+}
+opt_worker_wait = {
+    "name": "worker_wait", "long": "worker-wait", "type": float, "default": 60.0,
+    "help": "with --executor dask: seconds to wait for a bench worker of a device model before "
+            "its bench tasks fail [default: %(default)s]",
+}
 
 
 class ManifestLoader(TaskLoader2):
     """Builds the stage tasks from the manifest; kernels named on the command line narrow it."""
 
-    cmd_options = (opt_manifest, opt_backend)
+    cmd_options = (opt_manifest, opt_backend, opt_executor, opt_scheduler, opt_worker_wait)
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,18 +75,33 @@ class ManifestLoader(TaskLoader2):
         from .manifest import load_manifest
         from .rules import bench, compile, generate, merge
 
+        cluster = None
         try:
             manifest = load_manifest(self.options.get("manifest", "tuning.yaml"))
-            device = detect(self.options.get("bench_backend", "auto"))
             kernels = manifest.select(self.kernel_names) if self.kernel_names else manifest.kernels
-            plan = build_plan(manifest, device, kernels)
+            cluster = self._cluster()
+            if cluster is None:
+                devices = (detect(self.options.get("bench_backend", "auto")),)
+            else:
+                devices = cluster.discover(versions(), self.options.get("bench_backend", "auto"))
+                eprint(f"aot_tune: benchmarking on the Dask cluster at {cluster.address}: "
+                       + ", ".join(f"{d.count} x {d.key}" for d in devices))
+            plan = build_plan(manifest, devices, kernels)
+            if cluster is not None:
+                refs = [ref for k in kernels for ref in (k.kernel, k.launch, k.inputs, k.reference)]
+                cluster.use_project(manifest.root, refs, plan.triton_cache_dir)
         except TuneError as err:
+            if cluster is not None:
+                cluster.close()
             raise InvalidDodoFile(str(err)) from None
-        if device.notice:
-            eprint(f"aot_tune: {device.notice}")
+        for device in devices:
+            if device.notice:
+                eprint(f"aot_tune: {device.notice}")
         plan.work_dir.mkdir(parents=True, exist_ok=True)
         jobs = int(self.options.get("num_process") or self.jobs)
-        self.session = TuneSession(plan, Executors(device, plan.triton_cache_dir, jobs))
+        if cluster is not None:  # -n may exceed the local cores to keep a big cluster's GPUs busy; compiles may not
+            jobs = min(jobs, self.jobs)
+        self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster))
         if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
             try:
                 self.session.specialize()
@@ -81,6 +112,24 @@ class ManifestLoader(TaskLoader2):
             task_list.extend(generate_tasks(stage.__name__, stage.tasks(self.session), stage.__doc__))
         assert rules.STAGES == ("compile", "bench", "merge", "generate")
         return task_list
+
+    def _cluster(self):
+        """The Dask cluster to bench on, or None for the local devices."""
+        executor = self.options.get("executor", "local")
+        if executor not in EXECUTORS:
+            raise TuneError(f"unknown executor '{executor}'; fix: use --executor with one of {', '.join(EXECUTORS)}")
+        scheduler = self.options.get("scheduler", "")
+        if executor == "local":
+            if scheduler:
+                raise TuneError("--scheduler is only used with --executor dask; fix: add --executor dask, "
+                                "or drop --scheduler")
+            return None
+        if not scheduler:
+            raise TuneError("--executor dask needs the scheduler's address; fix: add --scheduler tcp://host:8786 "
+                            "(or set scheduler under [tool.doit.commands.tune] in pyproject.toml)")
+        from .cluster.client import ClusterDevices
+
+        return ClusterDevices(scheduler, float(self.options.get("worker_wait", 60.0)), log=eprint)
 
 
 def _with_default(option: dict, default) -> dict:

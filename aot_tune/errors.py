@@ -14,6 +14,11 @@ class TuneError(Exception):
     """An error the user can cause and fix; the CLI prints str(err) as one line and exits 1 (no traceback)."""
 
 
+class BenchUnavailable(TuneError):
+    """No device of the model a bench task needs can run it (e.g. a cluster lost every such worker,
+    or its scheduler); the task fails with this one line and writes nothing."""
+
+
 class ManifestError(TuneError):
     """A mistake in tuning.yaml, located by file, line and dotted key path.
 

@@ -1,9 +1,13 @@
-"""Worker processes shared by all tasks of one run: a compile pool and the device pool.
+"""Worker processes shared by all tasks of one run: a compile pool and the bench devices.
 
 doit runs our tasks on threads (``-P thread``); each task hands its work to a pool here and
 waits. Workers are spawned once and stay alive across tasks, so importing torch and triton
 (seconds) is paid once per worker, not once per compile. Nothing starts until a task needs it,
 so a run with nothing to do spawns nothing.
+
+The bench devices are the local device pool (``--executor local``), or the GPUs of a Dask
+cluster (``--executor dask``, aot_tune.cluster); both lease a device of a given model to one
+bench task at a time. Compiles always run here.
 """
 from __future__ import annotations
 
@@ -35,8 +39,10 @@ def _warm_compile_worker(triton_cache_dir: str) -> None:
 
 class Executors:
     def __init__(self, device: LocalDevice, triton_cache_dir: Path, compile_jobs: int,
-                 compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S) -> None:
+                 compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, cluster=None) -> None:
+        """``cluster``: an ``aot_tune.cluster.ClusterDevices`` to bench on instead of local devices."""
         self.device = device
+        self._cluster = cluster
         self.triton_cache_dir = str(triton_cache_dir)
         self.compile_jobs = max(1, compile_jobs)
         self.compile_timeout_s = compile_timeout_s
@@ -90,7 +96,10 @@ class Executors:
                             f"(no reads of tensor data), see README 'tuning.yaml reference'") from None
 
     @property
-    def devices(self) -> DevicePool:
+    def devices(self):
+        """Where bench tasks lease a device: ``lease(device)``, ``start()``, ``close()``."""
+        if self._cluster is not None:
+            return self._cluster
         with self._lock:
             if self._device_pool is None:
                 self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir)
@@ -104,6 +113,8 @@ class Executors:
             pool.shutdown(wait=True, cancel_futures=True)
         if devices is not None:
             devices.close()
+        if self._cluster is not None:
+            self._cluster.close()
 
 
 def _kill(pool: cf.ProcessPoolExecutor) -> None:

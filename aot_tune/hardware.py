@@ -2,7 +2,8 @@
 
 ``cuda`` when ``nvidia-smi`` lists a GPU, else ``interpreter`` (the CPU runs each config under
 ``TRITON_INTERPRET=1``). With several GPU models on one host, the first visible model is tuned
-and its GPUs are used; the others are named in a notice.
+and its GPUs are used; the others are named in a notice. A run on a cluster
+(``aot_tune.cluster``) tunes one ``LocalDevice`` per GPU model its workers have.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ BACKENDS = ("auto", "cuda", "interpreter")
 
 @dataclass(frozen=True)
 class LocalDevice:
+    """A device model a run benchmarks on: the local GPUs, the interpreter, or one model of a cluster."""
+
     backend: str              # "cuda" or "interpreter"
     key: str                  # table key, e.g. "h100-sxm"
     name: str
@@ -46,7 +49,7 @@ def detect(requested: str = "auto") -> LocalDevice:
         raise TuneError(f"unknown bench backend '{requested}'; fix: use --bench-backend with one of {', '.join(BACKENDS)}")
     if requested == "interpreter":
         return INTERPRETER_DEVICE
-    gpus = _visible_gpus()
+    gpus = [(gpu.name, gpu.compute_capability) for gpu in visible_gpus()]
     if not gpus:
         if requested == "cuda":
             raise TuneError("--bench-backend cuda: no CUDA GPU is visible (nvidia-smi lists none); "
@@ -60,7 +63,15 @@ def detect(requested: str = "auto") -> LocalDevice:
     return LocalDevice("cuda", device_key(name), name, capability, len(same), notice)
 
 
-def _visible_gpus() -> list[tuple[str, str]]:
+@dataclass(frozen=True)
+class VisibleGpu:
+    index: str  # nvidia-smi's index, what CUDA_VISIBLE_DEVICES takes
+    name: str
+    compute_capability: str
+
+
+def visible_gpus() -> list[VisibleGpu]:
+    """The GPUs this process may use (``CUDA_VISIBLE_DEVICES`` order), from nvidia-smi."""
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -73,7 +84,7 @@ def _visible_gpus() -> list[tuple[str, str]]:
     if out.returncode != 0:
         return []
     rows = [[part.strip() for part in line.split(",")] for line in out.stdout.strip().splitlines()]
-    gpus = {row[0]: (row[1], row[2]) for row in rows if len(row) == 3}
+    gpus = {row[0]: VisibleGpu(*row) for row in rows if len(row) == 3}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return list(gpus.values())

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Collection, Sequence
 
 from . import cache as cache_io
 from .compile import CompileResult
@@ -58,7 +59,7 @@ class CompileUnit:
 
 @dataclass(frozen=True)
 class BenchUnit:
-    """Measure every candidate config of one kernel on one (shape, dtype) on the local device,
+    """Measure every candidate config of one kernel on one (shape, dtype) on one device model,
     and the baselines the manifest declares (its default config, the vendor implementation)."""
 
     kernel: str
@@ -91,18 +92,19 @@ class KernelPlan:
     #: (target, shape, dtype, config) launches whose specialization is not known yet
     unspecialized: list[tuple[str, tuple[int, ...], str, Config]] = field(default_factory=list)
     _compile_index: dict[tuple[str, Launch, str], CompileUnit] = field(default_factory=dict, repr=False)
-    _bench_by_launch: dict[Launch, BenchUnit] | None = field(default=None, repr=False)
-    _planned_keys: frozenset[tuple[str, tuple[int, ...]]] | None = field(default=None, repr=False)
+    _benches_by_launch: dict[Launch, list[BenchUnit]] | None = field(default=None, repr=False)
+    _planned_keys: frozenset[tuple[str, str, tuple[int, ...]]] | None = field(default=None, repr=False)
 
     def bench_targets(self, device: LocalDevice) -> tuple[str, ...]:
         """Targets whose compiles a bench on this device uses (validity, and the warm cache)."""
         return (device.target,) if device.target else self.spec.targets
 
-    def unplanned_local(self, record: TuningRecord, device_key: str) -> bool:
-        """A record of this device for a (dtype, shape) the manifest no longer asks for."""
+    def unplanned_local(self, record: TuningRecord, device_keys: Collection[str]) -> bool:
+        """A record of a device this run tunes, for a (dtype, shape) the manifest no longer asks of it."""
         if self._planned_keys is None:
-            self._planned_keys = frozenset((u.dtype, tuple(u.shape)) for u in self.bench_units)
-        return record.device.key == device_key and (record.dtype, tuple(record.shape)) not in self._planned_keys
+            self._planned_keys = frozenset((u.device, u.dtype, tuple(u.shape)) for u in self.bench_units)
+        key = record.device.key
+        return key in device_keys and (key, record.dtype, tuple(record.shape)) not in self._planned_keys
 
     def compiles_for(self, bench: BenchUnit, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
         """The compile tasks whose Triton cache entries this bench's launches of ``config`` use."""
@@ -110,10 +112,17 @@ class KernelPlan:
         found = (self._compile_index.get((t, launch, config.id)) for t in targets)
         return [u for u in found if u is not None]
 
-    def bench_for(self, launch: Launch) -> BenchUnit | None:
-        if self._bench_by_launch is None:
-            self._bench_by_launch = {(u.shape, u.dtype): u for u in self.bench_units}
-        return self._bench_by_launch.get(launch)
+    def benches_for(self, launch: Launch) -> list[BenchUnit]:
+        """The bench units of this launch: one per device model that runs its shape."""
+        if self._benches_by_launch is None:
+            self._benches_by_launch = {}
+            for unit in self.bench_units:
+                self._benches_by_launch.setdefault((unit.shape, unit.dtype), []).append(unit)
+        return self._benches_by_launch.get(launch, [])
+
+    def launches(self) -> dict[Launch, tuple[Config, ...]]:
+        """Every planned (shape, dtype) with its configs, once however many device models bench it."""
+        return {(u.shape, u.dtype): u.configs for u in self.bench_units}
 
     def plan_compiles(self, toolchain: dict[str, str], work: Path) -> None:
         """One compile unit per (config, specialization, target) the table knows, deduplicated
@@ -123,14 +132,15 @@ class KernelPlan:
         units: dict[tuple[str, str, Config], list[Launch]] = {}
         spec_of: dict[tuple[str, Launch, str], tuple[str, str, Config]] = {}
         self.unspecialized = []
+        launches = self.launches()
         for target in self.targets:
-            for bench in self.bench_units:
-                launch = (bench.shape, bench.dtype)
-                known = table.lookup(target, bench.shape, bench.dtype)
-                for config in bench.configs:
+            for launch, configs in launches.items():
+                shape, dtype = launch
+                known = table.lookup(target, shape, dtype)
+                for config in configs:
                     spec_id = known.get(config.id)
                     if spec_id is None:
-                        self.unspecialized.append((target, bench.shape, bench.dtype, config))
+                        self.unspecialized.append((target, shape, dtype, config))
                         continue
                     key = (target, spec_id, config)
                     units.setdefault(key, []).append(launch)
@@ -149,8 +159,20 @@ class KernelPlan:
 @dataclass
 class Plan:
     manifest: Manifest
-    device: LocalDevice
+    devices: tuple[LocalDevice, ...]  # the device models benchmarked: the local one, or a cluster's
     kernels: list[KernelPlan]
+
+    @property
+    def device(self) -> LocalDevice:
+        """The device model of a run on one machine (the first of a cluster's)."""
+        return self.devices[0]
+
+    def device_of(self, unit: BenchUnit) -> LocalDevice:
+        return next(d for d in self.devices if d.key == unit.device)
+
+    @cached_property
+    def device_keys(self) -> frozenset[str]:
+        return frozenset(d.key for d in self.devices)
 
     @property
     def work_dir(self) -> Path:
@@ -204,31 +226,38 @@ def baselines_fingerprint(spec: KernelSpec, vendor_code: str, bench_fp: str, def
                   spec.vendor or "", vendor_code)
 
 
-def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpec, ...]) -> Plan:
-    """Expand the manifest into units; pure apart from reading kernel sources."""
-    plan = Plan(manifest, device, [])
+def build_plan(manifest: Manifest, devices: LocalDevice | Sequence[LocalDevice],
+               kernels: tuple[KernelSpec, ...]) -> Plan:
+    """Expand the manifest into units, one bench unit per (shape, dtype) and device model; pure
+    apart from reading kernel sources."""
+    devices = (devices,) if isinstance(devices, LocalDevice) else tuple(devices)
+    if len({d.key for d in devices}) != len(devices):
+        raise ValueError(f"device models must be distinct: {[d.key for d in devices]}")
+    plan = Plan(manifest, devices, [])
     sources = SourceIndex(manifest.root)
-    measured_on = MeasuredOn(device.key, device.name, device.compute_capability, device.backend,
-                             plan.toolchain["triton"], plan.toolchain["torch"])
     work = manifest.root / WORK_DIR
     for spec in kernels:
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
         code = measured_code(sources, spec)
         vendor_code = sources.closure([spec.vendor]) if spec.vendor else ""
         kp.compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
-        shapes = spec.shapes_for(device.backend)
-        configs_per_shape = {s: tuple(spec.space.configs_for(spec.shape_dict(s))) for s in shapes}
         kp.targets = spec.targets
-        if device.target and device.target not in kp.targets:
-            kp.targets = (*kp.targets, device.target)  # the bench launches need the local arch compiled
-        for shape in shapes:
-            default = spec.default_config.resolve(spec.shape_dict(shape)) if spec.default_config else None
-            for dtype in spec.dtypes:
-                fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
-                out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
-                kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
-                                                configs_per_shape[shape], fp, out, default, spec.vendor or "",
-                                                baselines_fingerprint(spec, vendor_code, fp, default)))
+        configs_per_shape: dict[tuple[int, ...], tuple[Config, ...]] = {}
+        for device in devices:
+            if device.target and device.target not in kp.targets:
+                kp.targets = (*kp.targets, device.target)  # the bench launches need the device's arch compiled
+            measured_on = MeasuredOn(device.key, device.name, device.compute_capability, device.backend,
+                                     plan.toolchain["triton"], plan.toolchain["torch"])
+            for shape in spec.shapes_for(device.backend):
+                if shape not in configs_per_shape:
+                    configs_per_shape[shape] = tuple(spec.space.configs_for(spec.shape_dict(shape)))
+                default = spec.default_config.resolve(spec.shape_dict(shape)) if spec.default_config else None
+                for dtype in spec.dtypes:
+                    fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
+                    out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
+                    kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
+                                                    configs_per_shape[shape], fp, out, default, spec.vendor or "",
+                                                    baselines_fingerprint(spec, vendor_code, fp, default)))
         kp.specializations_path = work / "specialize" / f"{spec.name}.json"
         kp.specializations = read_table(kp.specializations_path,
                                         digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain))
@@ -302,22 +331,21 @@ class Staleness:
         has to measure its config."""
         if read_compile_result(unit) is not None:
             return False
-        return any(self.measures(kp, b, unit.config) for b in map(kp.bench_for, unit.launches) if b is not None)
+        return any(self.measures(kp, b, unit.config) for launch in unit.launches for b in kp.benches_for(launch))
 
     def launches_to_specialize(self, kp: KernelPlan) -> list[tuple[str, tuple[int, ...], str, Config]]:
         """Unspecialized launches whose config a bench still has to measure: nothing else needs a compile."""
         needed = []
         for target, shape, dtype, config in kp.unspecialized:
-            bench = kp.bench_for((shape, dtype))
-            if bench is not None and self.measures(kp, bench, config):
+            if any(self.measures(kp, bench, config) for bench in kp.benches_for((shape, dtype))):
                 needed.append((target, shape, dtype, config))
         return needed
 
     def merge_needed(self, kp: KernelPlan) -> bool:
         """Some planned result is not in the cache as planned, or it holds a local record no longer planned."""
         _, cache, by_fingerprint = self._cache_entry(kp)
-        device = self.plan.device.key
-        return any(kp.unplanned_local(r, device) for r in cache.records) or \
+        devices = self.plan.device_keys
+        return any(kp.unplanned_local(r, devices) for r in cache.records) or \
             any(not _covers(by_fingerprint.get(u.fingerprint), u) for u in kp.bench_units)
 
 

@@ -23,8 +23,10 @@ from .bench.nvml import ClockReading
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .codegen import render_module
 from .compile import CompileRequest
+from .errors import BenchUnavailable
 from .executors import Executors
 from .fileio import write_atomic
+from .hardware import LocalDevice
 from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
 from .progress import Progress
 from .select import choose, median_interval
@@ -126,27 +128,32 @@ class TuneSession:
         """Measure the configs this shape has no measurement of yet; keep the others; re-pick.
         Then the baselines, if the record lacks them (alone, for records made before them)."""
         spec = kp.spec
+        device = self.plan.device_of(unit)
         previous = self.staleness.previous_record(kp, unit)
         to_measure = self.staleness.configs_to_measure(kp, unit)
         invalid = self._invalid_configs(kp, unit, to_measure)
+        measurements = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
+        requests = [BenchRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+            inputs_ref=spec.inputs, reference_ref=spec.reference,
+            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+            config_id=config.id, config=config.params, settings=spec.bench,
+            kernel_hashes=self._kernel_hashes(kp, unit, config, device),
+        ) for config in to_measure if config.id not in invalid]
+        baselines: dict[str, ConfigMeasurement] = {}
         start, began = time.perf_counter(), time.time()
         self._widen_bench_window(time.monotonic())
-        measurements: list[ConfigMeasurement] = []
-        measurements.extend(ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid)
-        requests = [BenchRequest(kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
-                                 inputs_ref=spec.inputs, reference_ref=spec.reference,
-                                 shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
-                                 config_id=config.id, config=config.params, settings=spec.bench)
-                    for config in to_measure if config.id not in invalid]
-        baselines: dict[str, ConfigMeasurement] = {}
-        with self.executors.devices.lease() as lease:
-            info = lease.info
-            if requests:
-                measurements.extend(lease.measure_all(requests, BENCH_TIMEOUT_S[self.plan.device.backend]))
-            self.cache_hits += lease.cache_hits
-            self.cache_misses += lease.cache_misses
-            if self.staleness.baselines_to_measure(kp, unit):
-                baselines = self._measure_baselines(kp, unit, lease)
+        try:
+            with self.executors.devices.lease(device) as lease:  # a local GPU, or a cluster's GPU of this model
+                measurements += lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend])
+                info = lease.info
+                self.cache_hits += lease.cache_hits
+                self.cache_misses += lease.cache_misses
+                if self.staleness.baselines_to_measure(kp, unit):
+                    baselines = self._measure_baselines(kp, unit, lease, device)
+        except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            return TaskFailed(f"{unit.name}: {exc}")
         elapsed = time.perf_counter() - start
         self._widen_bench_window(time.monotonic())
         self.seconds["bench"] += elapsed
@@ -169,7 +176,7 @@ class TuneSession:
             window = self.bench_window
             window[:] = [min(window[0], now), max(window[1], now)] if window else [now, now]
 
-    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease) -> dict[str, ConfigMeasurement]:
+    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease, device) -> dict[str, ConfigMeasurement]:
         """The default config and the vendor function, on the device the configs just ran on.
         Not counted in the Triton cache hit rate: a default outside the space has no AOT compile,
         so the device worker compiles it."""
@@ -185,12 +192,12 @@ class TuneSession:
             requests["vendor"] = BenchRequest(launch_ref=unit.vendor, config_id=VENDOR_CONFIG_ID, config=(),
                                               plain=True, **common)
         roles = {request.config_id: role for role, request in requests.items()}
-        measured = lease.measure_all(list(requests.values()), BENCH_TIMEOUT_S[self.plan.device.backend])
+        measured = lease.measure_all(list(requests.values()), BENCH_TIMEOUT_S[device.backend])
         return {roles[m.config_id]: m for m in measured}
 
     def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
-        targets = kp.bench_targets(self.plan.device)
+        targets = kp.bench_targets(self.plan.device_of(unit))
         invalid = {}
         for config in configs:
             results = [read_compile_result(c) for c in kp.compiles_for(unit, config, targets)]
@@ -199,6 +206,13 @@ class TuneSession:
                 first = known[0]
                 invalid[config.id] = f"{first.status}: {first.message}".strip(": ")
         return invalid
+
+    def _kernel_hashes(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: LocalDevice) -> tuple[str, ...]:
+        """The Triton cache entries a GPU launch of this config uses (a remote worker gets them shipped)."""
+        if device.target is None:
+            return ()
+        results = (read_compile_result(c) for c in kp.compiles_for(unit, config, (device.target,)))
+        return tuple(sorted({h for r in results if r is not None for h in r.specializations}))
 
     def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo, previous: TuningRecord | None,
                 measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
@@ -210,7 +224,7 @@ class TuneSession:
         # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
         # these); the worker adds what only it can read. The plan reads versions from package
         # metadata, which may drop a local tag that torch.__version__ has (2.11.0 vs 2.11.0+cu130).
-        device = self.plan.device
+        device = self.plan.device_of(unit)
         record.device.key, record.device.name = device.key, device.name
         record.device.compute_capability, record.device.backend = device.compute_capability, device.backend
         record.toolchain.triton, record.toolchain.torch = self.plan.toolchain["triton"], self.plan.toolchain["torch"]
@@ -244,7 +258,7 @@ class TuneSession:
     def merge(self, kp: KernelPlan) -> None:
         """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
         existing = self.staleness.cache(kp)
-        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device.key)]
+        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device_keys)]
         fresh = []
         for unit in kp.bench_units:
             if unit.output.exists():
@@ -303,7 +317,7 @@ class TuneSession:
             total = sum(self.bench_status.values())
             failed = ", ".join(f"{k} {v}" for k, v in sorted(self.bench_status.items()) if k != "ok") or "none"
             line = f"bench: {total} config measurements, {self.bench_status['ok']} ok, failed: {failed}"
-            if self.plan.device.backend == "cuda":
+            if any(d.backend == "cuda" for d in self.plan.devices):
                 lookups = self.cache_hits + self.cache_misses
                 rate = 100.0 * self.cache_hits / lookups if lookups else 100.0
                 line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
@@ -317,12 +331,14 @@ class TuneSession:
         (torch and CUDA start-up: in a full run they start while the compiles run)."""
         first, last = self.bench_window
         pool = self.executors.devices
-        ready = pool.ready_at or first
-        waited = max(0.0, min(ready, last) - first)
+        started, ready = getattr(pool, "started_at", None), getattr(pool, "ready_at", None)
+        if ready is None:  # a cluster's workers were up before the run
+            return f"bench stage: {last - first:.1f}s; timed kernel launches {self.seconds['measured']:.1f}s"
         devices = self.plan.device.count
+        waited = max(0.0, min(ready, last) - first)
         line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
                 f"{last - first - waited:.1f}s of it after the device workers were up "
-                f"(start-up {ready - (pool.started_at or ready):.1f}s, {waited:.1f}s of it waited for)")
+                f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)")
         if self.seconds["measured"]:
             busy = (last - first - waited) * devices
             line += (f"; timed kernel launches {self.seconds['measured']:.1f}s, "

@@ -1,20 +1,20 @@
-"""bench: one task per (kernel, shape, dtype) on the local device, after its configs compiled."""
+"""bench: one task per (kernel, shape, dtype, device model), after its configs compiled."""
 from __future__ import annotations
 
 from typing import Iterator
 
 
 def tasks(session) -> Iterator[dict]:
-    staleness, device = session.staleness, session.plan.device
+    staleness, plan = session.staleness, session.plan
     units = [(kp, u) for kp in session.plan.kernels for u in kp.bench_units]
     # Longest first, so the last tasks on each GPU are short ones: a config costs about warmup +
     # rep whatever its shape, so a task's cost is its config count. doit dispatches in this order.
     units.sort(key=lambda item: -len(item[1].configs))
     session.start_stage("bench", sum(not staleness.bench_done(kp, u) for kp, u in units))
-    yield {"basename": "bench", "name": None,
-           "doc": f"benchmark each shape x dtype on the local device ({device.key}, {device.backend})"}
+    devices = ", ".join(f"{d.key}, {d.backend}" for d in plan.devices)
+    yield {"basename": "bench", "name": None, "doc": f"benchmark each shape x dtype on each device model ({devices})"}
     for kp, unit in units:
-        targets = kp.bench_targets(device)
+        targets = kp.bench_targets(plan.device_of(unit))
         compiles = [c.name for config in unit.configs for c in kp.compiles_for(unit, config, targets)]
         yield {
             "basename": "bench",

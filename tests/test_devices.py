@@ -144,4 +144,5 @@ def test_fake_nvidia_smi_is_what_runs(smi_dir) -> None:
     # guard: the tests above must not see a real nvidia-smi of the host
     fake_nvidia_smi(smi_dir, TWO_H100)
     assert os.environ["PATH"] == str(smi_dir)
-    assert hardware._visible_gpus() == [("NVIDIA H100 80GB HBM3", "9.0")] * 2
+    assert [(g.index, g.name, g.compute_capability) for g in hardware.visible_gpus()] == \
+        [("0", "NVIDIA H100 80GB HBM3", "9.0"), ("1", "NVIDIA H100 80GB HBM3", "9.0")]

@@ -120,7 +120,9 @@ class DevicePool:
         self._context = multiprocessing.get_context("spawn")
 
     @contextlib.contextmanager
-    def lease(self) -> Iterator[DeviceLease]:
+    def lease(self, device=None) -> Iterator[DeviceLease]:
+        """Hold a free device of this pool (all of one model: ``device``, the model a bench task
+        asks for, is the pool's own) until the block ends."""
         self._start_all_once()
         index = self._free.get()
         try:

@@ -27,6 +27,9 @@ class BenchRequest:
     #: Call ``launch_ref(*inputs)`` as it is, with no config: a vendor implementation (torch) timed
     #: as a baseline by the same engine.
     plain: bool = False
+    #: Triton kernel hashes of the compiles a GPU launch of this config uses (from the compile
+    #: stage), so a worker on another machine can be given those Triton cache entries.
+    kernel_hashes: tuple[str, ...] = ()
 
 
 @dataclass
