@@ -14,10 +14,11 @@ from functools import cached_property
 from pathlib import Path
 
 from . import cache as cache_io
+from . import search
 from .compile import CompileResult
 from .fingerprint import RECORD_FORMAT, SourceIndex, digest
 from .hardware import LocalDevice
-from .manifest import KernelSpec, Manifest
+from .manifest import KernelSpec, Manifest, SearchSettings
 from .space import Config
 from .specialize import SpecializationTable, read_table
 from .triton_compat import PINNED_ENV, versions
@@ -58,7 +59,9 @@ class CompileUnit:
 
 @dataclass(frozen=True)
 class BenchUnit:
-    """Measure every candidate config of one kernel on one (shape, dtype) on the local device."""
+    """Search the candidate configs of one kernel on one (shape, dtype) on the local device:
+    all of them (exhaustive), or within a budget; ``sources`` are the shapes whose results seed
+    a budgeted search (their bench tasks run first, aot_tune.search.transfer_plan)."""
 
     kernel: str
     shape: tuple[int, ...]
@@ -67,10 +70,17 @@ class BenchUnit:
     configs: tuple[Config, ...]
     fingerprint: str
     output: Path
+    search: SearchSettings = SearchSettings()
+    sources: tuple[tuple[int, ...], ...] = ()
 
     @property
     def name(self) -> str:
         return f"bench:{self.kernel}:{self.device}:{self.dtype}:{shape_label(self.shape)}"
+
+    @cached_property
+    def probes(self) -> tuple[Config, ...]:
+        """The configs this bench may measure, so the ones to compile (all but for random draws)."""
+        return self.configs if self.search.exhaustive else search.up_front(self.search, self.configs)
 
 
 @dataclass
@@ -123,7 +133,7 @@ class KernelPlan:
             for bench in self.bench_units:
                 launch = (bench.shape, bench.dtype)
                 known = table.lookup(target, bench.shape, bench.dtype)
-                for config in bench.configs:
+                for config in bench.probes:
                     spec_id = known.get(config.id)
                     if spec_id is None:
                         self.unspecialized.append((target, bench.shape, bench.dtype, config))
@@ -181,12 +191,16 @@ def measured_code(sources: SourceIndex, spec: KernelSpec) -> str:
 
 def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
     """Everything that decides each config's measurement for one (kernel, shape, dtype) on one
-    device. The config space is not part of it: a record lists the configs it measured (by
-    stable id), so adding a config measures only that config and removing one only re-picks."""
+    device, and for a budgeted search its strategy and settings (exhaustive adds nothing, so its
+    fingerprints are those of records made before strategies existed). The config space is not
+    part of it: a record lists the configs it measured (by stable id), so adding a config
+    measures only that config and removing one only re-picks; a budgeted record names the
+    candidates it searched, and a change of them reruns its search (aot_tune.search.covers)."""
     toolchain = {"triton": on.triton, "torch": on.torch, **PINNED_ENV}
+    strategy = () if spec.search.exhaustive else (spec.search.canonical(),)
     return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
                   asdict(spec.bench), toolchain, on.key, on.name, on.compute_capability, on.backend,
-                  spec.reference, spec.inputs)
+                  spec.reference, spec.inputs, *strategy)
 
 
 def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpec, ...]) -> Plan:
@@ -205,12 +219,14 @@ def build_plan(manifest: Manifest, device: LocalDevice, kernels: tuple[KernelSpe
         kp.targets = spec.targets
         if device.target and device.target not in kp.targets:
             kp.targets = (*kp.targets, device.target)  # the bench launches need the local arch compiled
+        seeds = search.transfer_plan(shapes) if spec.search.strategy in ("successive_halving", "surrogate") \
+            and spec.search.transfer else {}
         for shape in shapes:
             for dtype in spec.dtypes:
                 fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
                 out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
-                kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
-                                                configs_per_shape[shape], fp, out))
+                kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key, configs_per_shape[shape],
+                                                fp, out, spec.search, seeds.get(shape, ())))
         kp.specializations_path = work / "specialize" / f"{spec.name}.json"
         kp.specializations = read_table(kp.specializations_path,
                                         digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain))
@@ -252,7 +268,8 @@ class Staleness:
         return self._cache_entry(kp)[2].get(unit.fingerprint)
 
     def configs_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> list[Config]:
-        """Planned configs the previous record has not measured (memoized: asked once per compile)."""
+        """Planned configs the previous record has not measured (memoized: asked once per compile);
+        for a budgeted search that is not done, the configs it may reach and has not measured."""
         return self._to_measure_memo(kp, unit)[1]
 
     def measures(self, kp: KernelPlan, unit: BenchUnit, config: Config) -> bool:
@@ -264,15 +281,21 @@ class Staleness:
         memo = self._to_measure.get(unit.output)
         if memo is None or memo[0] is not record:
             measured = _measured_ids(record)
-            todo = [c for c in unit.configs if c.id not in measured]
+            if unit.search.exhaustive or not _covers(record, unit):
+                todo = [c for c in unit.probes if c.id not in measured]
+            else:
+                todo = []
             memo = self._to_measure[unit.output] = (record, todo, frozenset(todo))
         return memo
 
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
-        """Done when a record under this fingerprint covers exactly the planned configs."""
+        """Done when a record under this fingerprint covers exactly the planned configs; for a
+        budgeted search, when its search under this strategy and budget (the fingerprint) chose
+        among exactly the planned candidates."""
         record = self.previous_record(kp, unit)
-        return record is not None and not self.configs_to_measure(kp, unit) and \
-            len(_measured_ids(record)) == len(unit.configs)
+        if record is None or not unit.search.exhaustive:
+            return _covers(record, unit)
+        return not self.configs_to_measure(kp, unit) and len(_measured_ids(record)) == len(unit.configs)
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
         """A compile runs only when it has no result yet and a bench of one of its launches still
@@ -299,7 +322,11 @@ class Staleness:
 
 
 def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
-    return record is not None and _measured_ids(record) == {c.id for c in unit.configs}
+    if record is None:
+        return False
+    if not unit.search.exhaustive:
+        return search.covers(record, unit.configs)
+    return _measured_ids(record) == {c.id for c in unit.configs}
 
 
 def _measured_ids(record: TuningRecord | None) -> frozenset[str]:

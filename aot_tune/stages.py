@@ -7,29 +7,31 @@ files, not doit's database, are the record of what is done.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
 from doit.exceptions import TaskFailed
 
 from . import cache as cache_io
+from . import search
 from .bench.nvml import ClockReading
+from .bench.pool import DeviceLease
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .codegen import render_module
 from .compile import CompileRequest
 from .executors import Executors
 from .fileio import write_atomic
+from .manifest import BenchSettings
 from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
 from .progress import Progress
-from .select import choose, median_interval
+from .select import choose
 from .space import Config
 from .specialize import SpecializeRequest, launch_key
-from .tuning_schema import Measurement, TuningRecord
+from .tuning_schema import Measurement, Search, TuningRecord
 
 BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
 
@@ -46,6 +48,7 @@ class TuneSession:
         self.cache_misses = 0
         self.seconds: Counter[str] = Counter()
         self.specialized: Counter[str] = Counter()
+        self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
 
     def start_stage(self, stage: str, total: int) -> None:
         """Set the number of tasks the loader found stale; the count grows if more turn up."""
@@ -108,38 +111,105 @@ class TuneSession:
 
     # -- bench -----------------------------------------------------------------------------
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
-        """Measure the configs this shape has no measurement of yet; keep the others; re-pick."""
-        spec = kp.spec
+        """Exhaustive: measure the configs this shape has no measurement of yet and keep the
+        others. Budgeted: run the shape's search (aot_tune.search). Then re-pick and write."""
         previous = self.staleness.previous_record(kp, unit)
-        to_measure = self.staleness.configs_to_measure(kp, unit)
-        invalid = self._invalid_configs(kp, unit, to_measure)
         start = time.perf_counter()
-        measurements: list[ConfigMeasurement] = []
+        search_info = None
         with self.executors.devices.lease() as lease:
             info = lease.info
-            for config in to_measure:
-                if config.id in invalid:
-                    measurements.append(ConfigMeasurement(config.id, "invalid", invalid[config.id]))
-                    continue
-                request = BenchRequest(
-                    kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
-                    inputs_ref=spec.inputs, reference_ref=spec.reference,
-                    shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
-                    config_id=config.id, config=config.params, settings=spec.bench,
-                )
-                measurements.append(lease.measure(request, BENCH_TIMEOUT_S[self.plan.device.backend]))
+            if unit.search.exhaustive:
+                entries, fresh = self._measure_all(kp, unit, lease, previous)
+            else:
+                entries, fresh, search_info = self._search(kp, unit, lease, previous)
             self.cache_hits += lease.cache_hits
             self.cache_misses += lease.cache_misses
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
-        self.bench_status.update(m.status for m in measurements)
-        record = self._record(kp, unit, info, previous, measurements, elapsed)
+        self.bench_status.update(m.status for m in fresh)
+        record = self._record(kp, unit, info, previous, entries, fresh, elapsed)
+        if search_info is not None:
+            record.search.CopyFrom(search_info)
         if not record.HasField("best"):
             # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return TaskFailed(_no_config_passed(unit, record))
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
-        self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}")
+        note = f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}"
+        if search_info is not None:
+            note += (f" ({search_info.strategy}: {search_info.configs_measured} of {search_info.candidate_count} "
+                     f"configs, {search_info.seconds:.1f}s)")
+            tally = self.searched.setdefault(unit.search.describe(), Counter())
+            tally.update(shapes=1, measured=search_info.configs_measured, candidates=search_info.candidate_count)
+            tally["seconds"] += search_info.seconds
+        self.progress["bench"].advance(note)
+
+    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None):
+        """Every planned config the previous record lacks; the rest is kept from it."""
+        to_measure = self.staleness.configs_to_measure(kp, unit)
+        invalid = self._invalid_configs(kp, unit, to_measure)
+        planned = {c.id for c in unit.configs}
+        entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
+        fresh: list[ConfigMeasurement] = []
+        for config in to_measure:
+            if config.id in invalid:
+                measured, seconds = ConfigMeasurement(config.id, "invalid", invalid[config.id]), 0.0
+            else:
+                measured, seconds = self._measure_one(kp, unit, lease, config, kp.spec.bench)
+            fresh.append(measured)
+            entries[config.id] = _measurement_proto(measured, config, seconds)
+        return entries, fresh
+
+    def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None):
+        """Run the unit's budgeted search. A probe the previous record under this fingerprint
+        already answers (same config, same timing length) is taken from it: after a change of
+        the candidates the search replays, and only its new probes reach the GPU."""
+        bench = kp.spec.bench
+        invalid = self._invalid_configs(kp, unit, list(unit.probes))
+        earlier = {(m.config.id, m.short_rep_ms): m for m in previous.measurements
+                   if m.status != "invalid"} if previous else {}
+        fresh: list[ConfigMeasurement] = []
+        reused = 0
+
+        def measure(config: Config, share: float) -> Measurement:
+            nonlocal reused
+            short_rep_ms = bench.rep_ms * share if share < 1 else 0.0
+            known = earlier.get((config.id, short_rep_ms))
+            if known is not None:
+                reused += 1
+                return known
+            settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
+            measured, seconds = self._measure_one(kp, unit, lease, config, settings)
+            fresh.append(measured)
+            return _measurement_proto(measured, config, seconds, short_rep_ms)
+
+        sources = [search.source_from_record(r, unit.shape) for r in self._source_records(kp, unit)]
+        result = search.run_search(unit.search, unit.configs, invalid, measure, sources)
+        return result.measurements, fresh, _search_proto(unit, result, reused)
+
+    def _source_records(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
+        """The finished records of the shapes seeding this one (their bench tasks ran first)."""
+        records = []
+        for shape in unit.sources:
+            source = kp.bench_for((shape, unit.dtype))
+            record = self.staleness.previous_record(kp, source) if source is not None else None
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _measure_one(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, config: Config,
+                     settings: BenchSettings) -> tuple[ConfigMeasurement, float]:
+        """One config on the leased device, and the wall seconds it took."""
+        spec = kp.spec
+        request = BenchRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+            inputs_ref=spec.inputs, reference_ref=spec.reference,
+            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+            config_id=config.id, config=config.params, settings=settings,
+        )
+        began = time.perf_counter()
+        measured = lease.measure(request, BENCH_TIMEOUT_S[self.plan.device.backend])
+        return measured, time.perf_counter() - began
 
     def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
@@ -154,7 +224,8 @@ class TuneSession:
         return invalid
 
     def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo, previous: TuningRecord | None,
-                measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
+                entries: dict[str, Measurement], measurements: list[ConfigMeasurement],
+                elapsed: float) -> TuningRecord:
         spec = kp.spec
         record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
                               dtype=unit.dtype, fingerprint=unit.fingerprint, bench_seconds=round(elapsed, 3),
@@ -170,10 +241,6 @@ class TuneSession:
         bench = spec.bench
         record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
         record.bench.l2_flush, record.bench.l2_flush_bytes = bench.l2_flush, bench.l2_flush_bytes or 0
-        planned = {c.id: c for c in unit.configs}
-        entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
-        for m in measurements:
-            entries[m.config_id] = _measurement_proto(m, planned[m.config_id])
         record.measurements.extend(entries[config_id] for config_id in sorted(entries))
         fresh = [m for m in measurements if m.method]
         if fresh:
@@ -242,23 +309,40 @@ class TuneSession:
                 rate = 100.0 * self.cache_hits / lookups if lookups else 100.0
                 line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
             lines.append(line)
+        for described, tally in sorted(self.searched.items()):
+            lines.append(f"search: {described}: {tally['shapes']} shapes, {tally['measured']} of "
+                         f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
         return "\n".join(lines)
 
 
-def _measurement_proto(m: ConfigMeasurement, config: Config) -> Measurement:
+def _measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.0,
+                       short_rep_ms: float = 0.0) -> Measurement:
     entry = Measurement(status=m.status, reason=m.message, error_norm=m.error_norm, method=m.method,
-                        launches_per_sample=m.launches_per_sample if m.method else 0, cold_l2=m.cold_l2)
+                        launches_per_sample=m.launches_per_sample if m.method else 0, cold_l2=m.cold_l2,
+                        seconds=seconds, short_rep_ms=short_rep_ms)
     cache_io.config_to_proto(m.config_id, config.as_dict(), entry.config)
+    for phase in ("check", "warmup", "capture", "timed"):
+        if phase in m.phase_seconds:
+            setattr(entry.phases, phase, m.phase_seconds[phase])
     if m.times_ms:
-        entry.times_ms.extend(m.times_ms)
-        entry.median_ms = statistics.median(m.times_ms)
-        entry.median_ci_low_ms, entry.median_ci_high_ms = median_interval(m.times_ms)
-        entry.min_ms, entry.mean_ms = min(m.times_ms), statistics.fmean(m.times_ms)
-        entry.stdev_ms = statistics.pstdev(m.times_ms)
-        entry.runs = len(m.times_ms)
+        cache_io.set_samples(entry, m.times_ms)
     if m.method:
         _clocks_to_proto(m.clocks_start, m.clocks_end, entry.clocks)
     return entry
+
+
+def _search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> Search:
+    """What a record says about the search that produced it (see aot_tune.tuning.proto)."""
+    settings = unit.search
+    info = Search(strategy=settings.strategy, budget_configs=settings.budget_configs or 0,
+                  budget_seconds=settings.budget_seconds or 0.0, seed=settings.seed,
+                  settings=json.dumps(settings.canonical(), sort_keys=True),
+                  candidates=search.candidate_digest(unit.configs), candidate_count=len(unit.configs),
+                  configs_measured=result.configs_measured, seconds=round(result.seconds, 3),
+                  compute_seconds=round(result.compute_seconds, 3), reused=reused)
+    for shape, config_ids in result.seeded_by:
+        info.sources.add(shape=list(shape), config_ids=list(config_ids))
+    return info
 
 
 def _clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:
