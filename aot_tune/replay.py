@@ -9,6 +9,10 @@ short run of the same engine takes (same warm-up, fewer timed samples), priced a
 seconds less the timed phase it skips. The strategy's own compute is timed for real. Shapes are
 searched in the bench stage's order (anchors, then the shapes they seed), and each pick is
 judged by the exhaustive record: its full median over that of the exhaustive pick.
+
+Records without seconds or samples (merged caches keep neither) still replay, priced in
+timings: each timing costs 1 whatever its length (without recorded phases the saving of a short
+one is unknown), the strategy's compute nothing; a short probe then sees the full median.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ class ShapeResult:
     dtype: str
     pick: str
     ratio: float          # exhaustive median of the pick / exhaustive median of the exhaustive pick
-    seconds: float        # spent by the search (replayed measurements + its own compute)
+    seconds: float        # spent by the search (replayed measurements + its own compute), or timings
     compute_seconds: float
     configs_measured: int
 
@@ -73,6 +77,19 @@ def exhaustive_seconds(records: Sequence[TuningRecord]) -> float:
     return sum(m.seconds for r in records for m in r.measurements)
 
 
+def priced_in_seconds(records: Sequence[TuningRecord]) -> bool:
+    """Whether the records carry measurement seconds (bench outputs do; merged caches from
+    before per-measurement seconds do not, and are priced in timings)."""
+    return exhaustive_seconds(records) > 0
+
+
+def _in_timings(m: Measurement) -> Measurement:
+    priced = Measurement()
+    priced.CopyFrom(m)
+    priced.seconds = 0.0 if m.status == "invalid" else 1.0
+    return priced
+
+
 def short_measurement(recorded: Measurement, share: float, rep_ms: float) -> Measurement:
     """What a timing of ``share`` of rep_ms would have given: a prefix of the samples, priced
     at the recorded seconds less the timed phase it skips."""
@@ -89,7 +106,7 @@ def short_measurement(recorded: Measurement, share: float, rep_ms: float) -> Mea
 
 
 def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequence[TuningRecord] = (),
-                 clock=time.perf_counter) -> tuple[ShapeResult, TuningRecord]:
+                 clock=time.perf_counter, in_timings: bool = False) -> tuple[ShapeResult, TuningRecord]:
     """Search one exhaustive record's configs as ``settings`` would have; returns the outcome
     and the record the search would have written (a source for the shapes it seeds)."""
     by_id = {m.config.id: m for m in record.measurements}
@@ -99,7 +116,8 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
 
     def measure(config: Config, share: float) -> Measurement:
         recorded = by_id[config.id]
-        return recorded if share >= 1 else short_measurement(recorded, share, rep_ms)
+        answer = recorded if share >= 1 else short_measurement(recorded, share, rep_ms)
+        return _in_timings(answer) if in_timings else answer
 
     shape = tuple(record.shape)
     result = run_search(settings, candidates, invalid, measure,
@@ -118,6 +136,9 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
 def replay_suite(records: Sequence[TuningRecord], settings: SearchSettings, clock=time.perf_counter) -> SuiteResult:
     """Replay a budgeted strategy over exhaustive records of one kernel and device, shapes of
     each dtype in the bench stage's transfer order."""
+    in_timings = not priced_in_seconds(records)
+    if in_timings:
+        clock = _still
     outcomes: list[ShapeResult] = []
     for dtype in sorted({r.dtype for r in records}):
         group = {tuple(r.shape): r for r in records if r.dtype == dtype}
@@ -126,6 +147,12 @@ def replay_suite(records: Sequence[TuningRecord], settings: SearchSettings, cloc
         searched: dict[tuple[int, ...], TuningRecord] = {}
         for shape in sorted(group, key=lambda s: (bool(plan[s]), s)):
             outcome, searched[shape] = replay_shape(group[shape], settings, [searched[s] for s in plan[shape]],
-                                                    clock)
+                                                    clock, in_timings)
             outcomes.append(outcome)
-    return SuiteResult(settings, tuple(outcomes), exhaustive_seconds(records))
+    total = sum(m.status != "invalid" for r in records for m in r.measurements) if in_timings \
+        else exhaustive_seconds(records)
+    return SuiteResult(settings, tuple(outcomes), total)
+
+
+def _still() -> float:
+    return 0.0

@@ -298,6 +298,24 @@ def _surrogate(run: SearchRun, candidates: Sequence[Config], sources: Sequence[S
                for config in candidates if config.id in run.latest and _ok(run.latest[config.id])]
         model.fit(prior + own)
         untried.sort(key=lambda c: (model.predict(c), rank[c.id]))
-        for config in untried[:BATCH]:
+        for config in _batch(untried, _incumbent(run, candidates)):
             if run.measure(config) is None:
                 return
+
+
+def _incumbent(run: SearchRun, candidates: Sequence[Config]) -> Config | None:
+    passing = [c for c in candidates if c.id in run.latest and _ok(run.latest[c.id])]
+    return min(passing, key=lambda c: (run.latest[c.id].median_ms, c.id)) if passing else None
+
+
+def _batch(ranked: list[Config], incumbent: Config | None) -> list[Config]:
+    """The model's ``BATCH - 1`` favourites, and its favourite among the configs one parameter
+    away from the best so far: a value first seen next to bad ones gets tried in good company."""
+    batch = ranked[:BATCH - 1]
+    if incumbent is not None:
+        best = dict(incumbent.params)
+        near = next((c for c in ranked[BATCH - 1:]
+                     if sum(value != best.get(name) for name, value in c.params) == 1), None)
+        if near is not None:
+            batch.append(near)
+    return batch if len(batch) == BATCH else ranked[:BATCH]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 from .space import Config
 
@@ -59,39 +58,44 @@ class AdditiveModel:
     def fit(self, observations: Sequence[tuple[Hashable, Config, float, float]]) -> None:
         """Fit to ``(group, config, log time, weight)``; each group (shape) gets its own offset."""
         observations = [o for o in observations if o[3] > 0]
-        if not observations:
-            self._effects = [{} for _ in self.tables]
-            return
-        cells = [self.keys(config) for _, config, _, _ in observations]
-        groups = [group for group, _, _, _ in observations]
+        n = len(observations)
         weights = [weight for _, _, _, weight in observations]
         residual = [y for _, _, y, _ in observations]  # y minus every table's effect (offsets apart)
-        effects: list[dict[tuple, float]] = [{} for _ in self.tables]
+        group_index: dict[Hashable, int] = {}
+        groups = [group_index.setdefault(group, len(group_index)) for group, _, _, _ in observations]
+        # Per table: each observation's cell as a small int, and the cells' keys.
+        tables = []
+        rows = [self.keys(config) for _, config, _, _ in observations]
+        for t in range(len(self.tables)):
+            index: dict[tuple, int] = {}
+            tables.append(([index.setdefault(row[t], len(index)) for row in rows], index))
+        effects = [[0.0] * len(index) for _, index in tables]
+        group_mass = [0.0] * len(group_index)
+        for g, w in zip(groups, weights):
+            group_mass[g] += w
         for _ in range(ROUNDS):
-            offset = _weighted_means(groups, residual, weights, 0.0)
-            offsets = [offset[g] for g in groups]
-            for t, table in enumerate(effects):
-                keys = [c[t] for c in cells]
-                partial = [r + table.get(k, 0.0) - o for r, k, o in zip(residual, keys, offsets)]
-                fresh = _weighted_means(keys, partial, weights, SHRINKAGE)
-                for i, k in enumerate(keys):
-                    residual[i] += table.get(k, 0.0) - fresh[k]
-                effects[t] = fresh
-        self._effects = effects
+            sums = [0.0] * len(group_index)
+            for g, w, r in zip(groups, weights, residual):
+                sums[g] += w * r
+            offsets = [sums[g] / group_mass[g] for g in groups]
+            for (cells, index), effect in zip(tables, effects):
+                totals = [0.0] * len(index)
+                mass = [0.0] * len(index)
+                for i in range(n):
+                    c = cells[i]
+                    w = weights[i]
+                    totals[c] += w * (residual[i] + effect[c] - offsets[i])
+                    mass[c] += w
+                fresh = [total / (m + SHRINKAGE) for total, m in zip(totals, mass)]
+                change = [old - new for old, new in zip(effect, fresh)]
+                for i in range(n):
+                    residual[i] += change[cells[i]]
+                effect[:] = fresh
+        self._effects = [{key: effect[c] for key, c in index.items()} for (_, index), effect in zip(tables, effects)]
 
     def predict(self, config: Config) -> float:
         """Predicted log time up to the shape's offset (only differences between configs matter)."""
         return sum(table.get(cell, 0.0) for table, cell in zip(self._effects, self.keys(config)))
-
-
-def _weighted_means(keys: Sequence[Hashable], values: Sequence[float], weights: Sequence[float],
-                    shrinkage: float) -> dict[Any, float]:
-    totals: dict[Any, float] = {}
-    mass: dict[Any, float] = {}
-    for key, value, weight in zip(keys, values, weights):
-        totals[key] = totals.get(key, 0.0) + weight * value
-        mass[key] = mass.get(key, 0.0) + weight
-    return {key: totals[key] / (mass[key] + shrinkage) for key in totals}
 
 
 def maximin_design(candidates: Sequence[Config], count: int, first: Sequence[Config]) -> list[Config]:
