@@ -6,7 +6,9 @@ a GPU: the same search code (aot_tune.search) runs, and each probe is answered f
 of its config. A full probe gets the recorded measurement; a short probe (a share ``f`` of
 rep_ms) gets the first ``max(MIN_SAMPLES, ceil(f * n))`` of its ``n`` samples, which is what a
 short run of the same engine takes (same warm-up, fewer timed samples), priced at the recorded
-seconds less the timed phase it skips. The strategy's own compute is timed for real. Shapes are
+seconds less the timed phase it skips. A shape's first probe also pays what building the
+shape's inputs cost the exhaustive run (its largest round trip beyond the measured phases), as
+the first config of a shape does in a real run. The strategy's own compute is timed for real. Shapes are
 searched in the bench stage's order (anchors, then the shapes they seed), and each pick is
 judged by the exhaustive record: its full median over that of the exhaustive pick.
 
@@ -83,6 +85,21 @@ def priced_in_seconds(records: Sequence[TuningRecord]) -> bool:
     return exhaustive_seconds(records) > 0
 
 
+def shape_setup_seconds(record: TuningRecord) -> float:
+    """What building a shape's inputs added to the exhaustive run's first round trip of it: the
+    largest excess of a passing measurement's seconds over its phases, less the typical excess."""
+    excess = sorted(m.seconds - (m.phases.check + m.phases.warmup + m.phases.capture + m.phases.timed)
+                    for m in record.measurements if m.status == "ok" and m.HasField("phases"))
+    return max(0.0, excess[-1] - excess[len(excess) // 2]) if excess else 0.0
+
+
+def _plus_seconds(m: Measurement, seconds: float) -> Measurement:
+    charged = Measurement()
+    charged.CopyFrom(m)
+    charged.seconds += seconds
+    return charged
+
+
 def _in_timings(m: Measurement) -> Measurement:
     priced = Measurement()
     priced.CopyFrom(m)
@@ -114,10 +131,17 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
     invalid = {m.config.id: m.reason for m in record.measurements if m.status == "invalid"}
     rep_ms = record.bench.rep_ms
 
+    setup = [shape_setup_seconds(record)]
+
     def measure(config: Config, share: float) -> Measurement:
         recorded = by_id[config.id]
         answer = recorded if share >= 1 else short_measurement(recorded, share, rep_ms)
-        return _in_timings(answer) if in_timings else answer
+        if in_timings:
+            return _in_timings(answer)
+        if setup[0]:
+            answer = _plus_seconds(answer, setup[0])
+            setup[0] = 0.0
+        return answer
 
     shape = tuple(record.shape)
     result = run_search(settings, candidates, invalid, measure,

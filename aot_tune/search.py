@@ -13,7 +13,7 @@ of the space within a per-shape budget:
 * ``surrogate``: an initial design (the neighbours' winners, then configs spread over the space,
   aot_tune.surrogate.maximin_design), then rounds of: fit the additive model to every
   measurement so far (the neighbours' at a lower weight), measure the ``BATCH`` untried configs
-  it predicts fastest.
+  it predicts fastest (one of them one parameter away from the best so far).
 
 Budgets. ``{configs: N}`` caps the distinct configs measured (short or full; a config that
 failed to compile costs nothing and does not count, except in ``random``, whose draw is fixed
@@ -24,7 +24,9 @@ Successive halving under a seconds budget ends its first rung at ``FIRST_RUNG_SH
 
 Transfer. The bench tasks of a (kernel, dtype) form two waves (``transfer_plan``): anchor
 shapes, spread over the shapes by farthest-point sampling, search with no neighbours; every
-other shape's bench task depends on its nearest anchors and starts from their results. Which
+other shape's bench task depends on its nearest anchors and starts from their results: the
+winners of those within ``TRANSFER_REACH`` are measured first, and all of them inform the
+surrogate at a weight that falls with distance. Which
 shape seeds which is fixed by the manifest's shapes alone, never by which task finished first
 on which GPU, so a run gives the same records whatever the scheduling; records name the shapes
 and configs that seeded them.
@@ -56,6 +58,9 @@ BATCH = 4
 SOURCE_WEIGHT = 0.5
 #: Winners of each neighbour tried first: the surrogate's design is small, a short rung is cheap.
 TRANSFER_WINNERS = {"surrogate": 1, "successive_halving": 3}
+#: A neighbour's winners are tried first only this close (log2 distance: 2 is one dim 4x away);
+#: a farther one's winners rarely win here and would take the place of a spread-out probe.
+TRANSFER_REACH = 2.0
 #: Share of a seconds budget successive halving spends on its first rung.
 FIRST_RUNG_SHARE = 0.5
 #: Neighbouring anchors a shape's search starts from.
@@ -222,13 +227,14 @@ def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: 
 
 def transfer_first(sources: Sequence[Source], candidates: Sequence[Config], per_source: int,
                    seeded: list | None = None) -> list[Config]:
-    """The sources' winners that are candidates here: every source's best, then every
-    source's second, ...; nearest source first. Records in ``seeded`` which source gave which."""
+    """The winners of the sources within ``TRANSFER_REACH`` that are candidates here: every
+    source's best, then every source's second, ...; nearest source first. Records in ``seeded``
+    which source gave which (none for a source that only informs the surrogate)."""
     allowed = {c.id for c in candidates}
     picked: dict[str, Config] = {}
     given: dict[tuple[int, ...], list[str]] = {s.shape: [] for s in sources}
     for rank in range(per_source):
-        for source in sources:
+        for source in (s for s in sources if s.distance <= TRANSFER_REACH):
             winners = [c for c in source.winners if c.id in allowed]
             if rank < len(winners) and winners[rank].id not in picked:
                 picked[winners[rank].id] = winners[rank]

@@ -135,3 +135,20 @@ def test_pareto_runs_end_to_end_under_the_interpreter(tmp_path):
     assert sum(len(m.times_ms) for r in cache_io.read_cache(out / "exhaustive.tuning.pb").records
                for m in r.measurements) > 0  # the exhaustive records keep their samples for later replays
     assert "phase 3: real doit tune with surrogate, 3 configs per shape" in proc.stdout
+
+
+def test_the_first_probe_of_a_shape_pays_for_building_its_inputs():
+    from aot_tune.replay import replay_shape, shape_setup_seconds
+    from aot_tune.search import up_front
+
+    record = TuningRecord()
+    record.CopyFrom(SUITE[0])
+    first = next(m for m in record.measurements if m.status == "ok")
+    first.seconds += 0.5  # the exhaustive run built the shape's inputs during its first config
+    assert shape_setup_seconds(record) == pytest.approx(0.5) and shape_setup_seconds(SUITE[0]) == pytest.approx(0.0)
+    settings = SearchSettings("random", 5)
+    drawn = {c.id for c in up_front(settings, [Config.from_dict(cache_io.config_from_proto(m.config))
+                                               for m in record.measurements])}
+    plain, _ = replay_shape(SUITE[0], settings, clock=lambda: 0.0)
+    charged, _ = replay_shape(record, settings, clock=lambda: 0.0)
+    assert charged.seconds - plain.seconds == pytest.approx(0.5 + (0.5 if first.config.id in drawn else 0.0))
