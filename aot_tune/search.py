@@ -26,10 +26,9 @@ Transfer. The bench tasks of a (kernel, dtype) form two waves (``transfer_plan``
 shapes, spread over the shapes by farthest-point sampling, search with no neighbours; every
 other shape's bench task depends on its nearest anchors and starts from their results: the
 winners of those within ``TRANSFER_REACH`` are measured first, and all of them inform the
-surrogate at a weight that falls with distance. Which
-shape seeds which is fixed by the manifest's shapes alone, never by which task finished first
-on which GPU, so a run gives the same records whatever the scheduling; records name the shapes
-and configs that seeded them.
+surrogate at a weight that falls with distance. Which shape seeds which is fixed by the
+manifest's shapes alone, never by which task finished first on which GPU, so a run gives the
+same records whatever the scheduling; records name the shapes and configs that seeded them.
 
 Everything here is pure Python and gets its measurements through a callback, so the same code
 runs in the bench stage (real measurements) and in aot_tune.replay (recorded samples).
@@ -258,7 +257,8 @@ def _successive_halving(run: SearchRun, candidates: Sequence[Config], sources: S
                         seeded: list) -> None:
     settings = run.settings
     shares = [settings.eta ** -(settings.rungs - 1 - r) for r in range(settings.rungs)]
-    first = transfer_first(sources, candidates, TRANSFER_WINNERS["successive_halving"], seeded)
+    reached = [s for s in sources if s.distance <= TRANSFER_REACH]  # no model here for the others to inform
+    first = transfer_first(reached, candidates, TRANSFER_WINNERS["successive_halving"], seeded)
     pool = list(dict.fromkeys([*first, *seeded_order(candidates, settings.seed)]))
     stop_first_rung = (settings.budget_seconds * FIRST_RUNG_SHARE if settings.budget_seconds is not None
                        else math.inf)

@@ -31,6 +31,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,6 +61,8 @@ DEFAULT_STRATEGIES = ["random", "successive_halving", "surrogate", "surrogate-no
 TARGETS = ((0.25, 1.02), (0.10, 1.05))  # (time share at most, geomean ratio at most)
 #: Fixed cost of a validation run beyond its bench seconds (doit start-up, device worker, merge).
 RUN_OVERHEAD_S = 20.0
+#: Time kept after the exhaustive run for the replays and the report, should it run long.
+REPORT_RESERVE_S = 90.0
 
 
 # ----------------------------------------------------------------------------- suite and runs
@@ -107,19 +110,30 @@ def make_project(where: Path, manifest: str) -> Path:
     return where
 
 
-def doit_tune(project: Path, backend: str, log: Path) -> float:
+def doit_tune(project: Path, backend: str, log: Path, timeout_s: float | None = None) -> tuple[float, bool]:
+    """Run `doit tune` in the project; (wall seconds, finished). Past ``timeout_s`` the run and
+    its workers are killed: the bench results written so far stay (each is written atomically)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("TRITON_INTERPRET", None)
     began = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "doit", "tune", "--bench-backend", backend], cwd=project,
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "doit", "tune", "--bench-backend", backend], cwd=project,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        log.write_text(stdout + stderr)
+        wall = time.perf_counter() - began
+        print(f"  doit tune: stopped at the deadline after {wall:.1f} s", flush=True)
+        return wall, False
     wall = time.perf_counter() - began
-    log.write_text(proc.stdout + proc.stderr)
-    summary = [line for line in proc.stderr.splitlines() if line.startswith(("compile:", "bench:", "search:"))]
+    log.write_text(stdout + stderr)
+    summary = [line for line in stderr.splitlines() if line.startswith(("compile:", "bench:", "search:"))]
     print(f"  doit tune: {wall:.1f} s wall; " + " | ".join(summary), flush=True)
     if proc.returncode != 0:
-        sys.exit(f"pareto: doit tune failed in {project}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return wall
+        sys.exit(f"pareto: doit tune failed in {project}:\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    return wall, True
 
 
 def bench_records(project: Path, kernel: str) -> list[TuningRecord]:
@@ -332,7 +346,9 @@ def main() -> None:
                                          "with the most)")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "interpreter"])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replay processes")
-    parser.add_argument("--deadline-s", type=float, default=570.0, help="skip validation runs that would end later")
+    parser.add_argument("--deadline-s", type=float, default=570.0,
+                        help="seconds the whole command may take: the exhaustive run stops 90 s before it (the "
+                             "shapes measured by then are replayed), and real runs that would end later are skipped")
     args = parser.parse_args()
     began = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -360,8 +376,15 @@ def main() -> None:
             print(f"phase 1: exhaustive doit tune of {len(shapes)} shapes on {device.name} ({backend}), "
                   f"target {targets[0]}", flush=True)
             base = make_project(scratch / "exhaustive", suite_manifest(spec, shapes, args.dtype, targets))
-            report["phases_s"]["exhaustive_tune"] = doit_tune(base, backend, scratch / "exhaustive.log")
+            budget_s = args.deadline_s - REPORT_RESERVE_S - (time.perf_counter() - began)
+            report["phases_s"]["exhaustive_tune"], finished = doit_tune(base, backend, scratch / "exhaustive.log",
+                                                                        budget_s)
             records = bench_records(base, spec.name)
+            if not finished:
+                print(f"  stopped at the deadline with {len(records)} of {len(shapes)} shapes measured: replaying "
+                      f"those, no real runs (grow --deadline-s or shrink the suite)", flush=True)
+                args.validate = []
+                shapes = sorted({tuple(r.shape) for r in records})
             cache_io.write_cache(cache_io.sorted_cache(records), args.out / "exhaustive.tuning.pb")
         total = exhaustive_seconds(records)
         report["priced_in"] = "seconds" if priced_in_seconds(records) else "timings"
