@@ -9,6 +9,7 @@ measurement's statistics; the raw samples stay in the per-task outputs under ``.
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 from typing import Iterable
 
@@ -16,7 +17,8 @@ from google.protobuf import text_format
 
 from .errors import TuneError
 from .fileio import write_atomic
-from .tuning_schema import TuningCache, TuningRecord
+from .select import median_interval
+from .tuning_schema import Measurement, TuningCache, TuningRecord
 
 SCHEMA_VERSION = 1
 TEXT_SUFFIXES = (".txtpb", ".textproto", ".pbtxt")
@@ -65,11 +67,12 @@ def sorted_cache(records: Iterable[TuningRecord]) -> TuningCache:
 
 
 def without_samples(record: TuningRecord) -> TuningRecord:
-    """A copy keeping the statistics of every measurement but not its raw samples."""
+    """A copy keeping the statistics of every measurement but not its raw samples or phases."""
     slim = TuningRecord()
     slim.CopyFrom(record)
     for measurement in slim.measurements:
         measurement.ClearField("times_ms")
+        measurement.ClearField("phases")
     for baseline in ("default_baseline", "vendor_baseline"):
         if slim.HasField(baseline):
             getattr(slim, baseline).ClearField("times_ms")
@@ -101,6 +104,16 @@ def read_record(path: str | os.PathLike) -> TuningRecord:
     record = TuningRecord()
     record.ParseFromString(Path(path).read_bytes())
     return record
+
+
+def set_samples(entry: Measurement, times_ms: list[float]) -> None:
+    """Store a measurement's samples and the statistics picks and reports read from them."""
+    entry.times_ms[:] = times_ms
+    entry.median_ms = statistics.median(times_ms)
+    entry.median_ci_low_ms, entry.median_ci_high_ms = median_interval(times_ms)
+    entry.min_ms, entry.mean_ms = min(times_ms), statistics.fmean(times_ms)
+    entry.stdev_ms = statistics.pstdev(times_ms)
+    entry.runs = len(times_ms)
 
 
 def config_to_proto(config_id: str, params: dict, message) -> None:

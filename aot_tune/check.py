@@ -6,18 +6,21 @@ manifest asks of that device (``interpreter_shapes`` for the interpreter) is cla
 
 * tuned: a record whose fingerprint, recomputed from the current kernel source and manifest
   with the device and toolchain the record names, matches;
-* stale: a record exists but its fingerprint differs (source, bench settings or shape inputs
-  changed; or, with ``toolchain="installed"``, the installed triton/torch differ), or it did
-  not measure exactly the configs the space now holds for that shape;
+* stale: a record exists but its fingerprint differs (source, bench or search settings or shape
+  inputs changed; or, with ``toolchain="installed"``, the installed triton/torch differ), or it
+  did not measure exactly the configs the space now holds for that shape (for a budgeted
+  search: did not search among exactly them);
 * missing: no record.
 
 A generated module whose header digest differs from its cache is out of date as well.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from . import cache as cache_io
+from . import search
 from .codegen import header_digest, module_inputs_digest, render_module
 from .fingerprint import SourceIndex
 from .manifest import KernelSpec, Manifest
@@ -102,11 +105,25 @@ def record_problem(spec: KernelSpec, code: str, record, versions_used: dict | No
                     record.device.backend, versions_used["triton"], versions_used["torch"])
     shape = tuple(record.shape)
     if bench_fingerprint(spec, code, shape, record.dtype, on) != record.fingerprint:
+        recorded = json.loads(record.search.settings) if record.HasField("search") else {"strategy": "exhaustive"}
+        if recorded != spec.search.canonical():
+            return f"search settings changed (record: {_settings_text(recorded)}; manifest: " \
+                   f"{_settings_text(spec.search.canonical())})"
         return "kernel source, manifest or toolchain changed"
-    planned = {c.id for c in spec.space.configs_for(spec.shape_dict(shape))}
-    if {m.config.id for m in record.measurements} != planned:
+    planned = spec.space.configs_for(spec.shape_dict(shape))
+    if spec.search.exhaustive:
+        if {m.config.id for m in record.measurements} != {c.id for c in planned}:
+            return "config space changed"
+    elif not search.covers(record, planned):
         return "config space changed"
     return ""
+
+
+def _settings_text(settings: dict) -> str:
+    """``surrogate budget={"configs":40} seed=0 transfer=true``"""
+    rest = (f"{k}={json.dumps(settings[k], sort_keys=True, separators=(',', ':'))}" for k in sorted(settings)
+            if k != "strategy")
+    return " ".join([str(settings.get("strategy", "?")), *rest])
 
 
 def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str, installed: dict) -> Coverage:

@@ -19,6 +19,7 @@ Reference schema
       targets: [sm80, sm90]          # default [sm80, sm90]
       bench: {warmup_ms: 25, rep_ms: 100, l2_flush: true, l2_flush_bytes: null}
                                      # l2_flush_bytes null: the device's L2 size
+      search: {strategy: exhaustive}  # default; see "search" below
       cache: "generated/{kernel}.tuning.pb"   # default; {kernel} is the kernel's name
       generated: "generated/{kernel}.py"          # default; must end in .py
     kernels:                         # mapping: name -> spec; name matches [a-z_][a-z0-9_]*
@@ -82,6 +83,13 @@ Rules
   ``reference``, and timed as the vendor baseline (so not the fp32 reference itself).
 * ``cost``: ``flops`` and/or ``bytes``, numbers or expressions over the key dims and
   ``dtype_bytes`` (2 for float16/bfloat16, 4 for float32); non-negative for every shape.
+* ``search``: ``strategy`` is ``exhaustive`` (the default: every config is measured),
+  ``random``, ``successive_halving`` or ``surrogate``; the others need a per-shape ``budget``
+  of ``{configs: N}`` or ``{seconds: S}``, and take ``seed`` (int >= 0, default 0);
+  ``successive_halving`` and ``surrogate`` take ``transfer`` (bool, default true);
+  ``successive_halving`` takes ``eta`` (int >= 2, default 3) and ``rungs`` (int >= 2,
+  default 3). A key the strategy does not take is an error; a kernel's block merges over the
+  defaults' key by key, and keys its strategy does not take are not inherited.
 * ``cache``/``generated``: relative to the manifest's folder; ``{kernel}`` is
   the only placeholder; no two kernels may share an output path.
 """
@@ -107,7 +115,7 @@ from .errors import ManifestError, TuneError
 from .cost import COST_NAMES, DTYPE_BYTES, Cost
 from .space import FUNCTIONS, LAUNCH_OPTIONS, ConfigSpace, Constraint, ConstraintError, DefaultConfig, parse_constraint
 
-__all__ = ["BenchSettings", "KernelSpec", "Manifest", "load_manifest"]
+__all__ = ["BenchSettings", "KernelSpec", "Manifest", "SearchSettings", "load_manifest"]
 
 
 # --------------------------------------------------------------------------- #
@@ -123,6 +131,52 @@ class BenchSettings:
     rep_ms: float
     l2_flush: bool
     l2_flush_bytes: int | None  # None: the device's L2 size
+
+
+STRATEGIES = ("exhaustive", "random", "successive_halving", "surrogate")
+#: The search keys each strategy takes (``strategy`` itself aside).
+STRATEGY_KEYS: dict[str, tuple[str, ...]] = {
+    "exhaustive": (),
+    "random": ("budget", "seed"),
+    "successive_halving": ("budget", "seed", "transfer", "eta", "rungs"),
+    "surrogate": ("budget", "seed", "transfer"),
+}
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the bench stage searches one shape's configs (aot_tune.search); the budget is per shape."""
+
+    strategy: str = "exhaustive"
+    budget_configs: int | None = None
+    budget_seconds: float | None = None
+    seed: int = 0
+    transfer: bool = True
+    eta: int = 3
+    rungs: int = 3
+
+    @property
+    def exhaustive(self) -> bool:
+        return self.strategy == "exhaustive"
+
+    def canonical(self) -> dict[str, Any]:
+        """The settings this strategy takes: what its fingerprint covers and its records name."""
+        out: dict[str, Any] = {"strategy": self.strategy}
+        for key in STRATEGY_KEYS[self.strategy]:
+            if key == "budget":
+                out["budget"] = ({"configs": self.budget_configs} if self.budget_configs is not None
+                                 else {"seconds": self.budget_seconds})
+            else:
+                out[key] = getattr(self, key)
+        return out
+
+    def describe(self) -> str:
+        """One line for progress output, e.g. ``surrogate, 40 configs per shape``."""
+        if self.exhaustive:
+            return "exhaustive"
+        budget = (f"{self.budget_configs} configs" if self.budget_configs is not None
+                  else f"{self.budget_seconds:g} s")
+        return f"{self.strategy}, {budget} per shape"
 
 
 @dataclass(frozen=True)
@@ -147,6 +201,7 @@ class KernelSpec:
     default_config: DefaultConfig | None = None  # what the kernel runs untuned: a baseline
     vendor: str | None = None  # the vendor implementation (module:attr, reference's signature): a baseline
     cost: Cost | None = None  # FLOPs and bytes of a shape, for rates and floors in reports
+    search: SearchSettings = SearchSettings()
 
     def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
         """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
@@ -502,9 +557,10 @@ class _Defaults:
     bench: BenchSettings = BenchSettings(warmup_ms=2.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)
     cache: str = "generated/{kernel}.tuning.pb"
     generated: str = "generated/{kernel}.py"
+    search: SearchSettings = SearchSettings()
 
 
-_SHARED_KEYS = ("dtypes", "targets", "bench", "cache", "generated")
+_SHARED_KEYS = ("dtypes", "targets", "bench", "search", "cache", "generated")
 
 
 def _defaults(ctx: _Ctx, top: _Map) -> _Defaults:
@@ -591,10 +647,79 @@ def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> Bench
     return replace(base.bench, **changes)
 
 
+_SEARCH_KEYS = ("strategy", "budget", "seed", "transfer", "eta", "rungs")
+_BUDGETED = ", ".join(s for s in STRATEGIES if s != "exhaustive")
+
+
+def _search(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> SearchSettings:
+    """A search block over the inherited one; keys the resulting strategy does not take are
+    errors when written here, and are not inherited from the defaults."""
+    if isinstance(value, str):
+        ctx.fail(line, key, f"expected a mapping, got {_describe(value)}",
+                 f"write {_leaf(key)}: {{strategy: {_as_yaml(value)}, budget: {{configs: 40}}}}")
+    m = _mapping(ctx, value, key, line, allowed=_SEARCH_KEYS)
+    changes: dict[str, Any] = {}
+    for k in m:
+        sub, vline, v = _join(key, k), m.value_lines[k], m[k]
+        if k == "strategy":
+            if v not in STRATEGIES:
+                hint = _did_you_mean(v, STRATEGIES) or f"use one of: {', '.join(STRATEGIES)}"
+                ctx.fail(vline, sub, f"unknown strategy {_describe(v)} (allowed: {', '.join(STRATEGIES)})", hint)
+            changes[k] = v
+        elif k == "budget":
+            changes.update(_search_budget(ctx, v, sub, vline))
+        elif k in ("seed", "eta", "rungs"):
+            low = 0 if k == "seed" else 2
+            if not _is_int(v) or v < low:
+                ctx.fail(vline, sub, f"expected an integer >= {low}, got {_describe(v)}",
+                         f"write e.g. {k}: {max(low, 3) if k != 'seed' else 0}")
+            changes[k] = v
+        else:  # transfer
+            if not isinstance(v, bool):
+                ctx.fail(vline, sub, f"expected true or false, got {_describe(v)}", "write transfer: true (or false)")
+            changes[k] = v
+    strategy = changes.get("strategy", base.search.strategy)
+    takes = STRATEGY_KEYS[strategy]
+    for k in m:
+        if k != "strategy" and k not in takes:
+            fix = (f"remove it, or choose strategy: {_BUDGETED}" if strategy == "exhaustive"
+                   else f"remove it (strategy {strategy} takes: {', '.join(takes)})")
+            what = "exhaustive measures every config and takes no " if strategy == "exhaustive" else \
+                f"strategy {strategy} does not take "
+            ctx.fail(m.key_lines[k], _join(key, k), f"{what}{k!r}", fix)
+    inherited = {f: getattr(base.search, f) for f in SearchSettings.__dataclass_fields__}
+    merged = {**inherited, **changes}
+    defaults = SearchSettings()
+    for field_name in ("seed", "transfer", "eta", "rungs"):
+        if field_name not in takes:
+            merged[field_name] = getattr(defaults, field_name)
+    if "budget" not in takes:
+        merged["budget_configs"] = merged["budget_seconds"] = None
+    elif merged["budget_configs"] is None and merged["budget_seconds"] is None:
+        ctx.fail(line, key, f"strategy {strategy} needs a budget per shape",
+                 "add budget: {configs: 40} (configs measured per shape) or budget: {seconds: 2.0}")
+    return SearchSettings(**merged)
+
+
+def _search_budget(ctx: _Ctx, value: Any, key: str, line: int) -> dict[str, Any]:
+    m = _mapping(ctx, value, key, line, allowed=("configs", "seconds"))
+    if len(m) != 1:
+        ctx.fail(line, key, f"expected one of configs or seconds, got {len(m)} keys",
+                 "write budget: {configs: 40} or budget: {seconds: 2.0}")
+    (k,) = m
+    if k == "configs":
+        return {"budget_configs": _positive_int(ctx, m[k], _join(key, k), m.value_lines[k],
+                                                "write the number of configs measured per shape, e.g. 40"),
+                "budget_seconds": None}
+    return {"budget_configs": None,
+            "budget_seconds": _positive_number(ctx, m[k], _join(key, k), m.value_lines[k])}
+
+
 _SHARED_PARSERS: dict[str, Callable[[_Ctx, Any, str, int, _Defaults], Any]] = {
     "dtypes": _dtypes,
     "targets": _targets,
     "bench": _bench,
+    "search": _search,
 }
 
 
@@ -626,7 +751,7 @@ def _template(ctx: _Ctx, value: Any, key: str, line: int, what: str) -> str:
 
 _KERNEL_KEYS = (
     "kernel", "launch", "inputs", "reference", "key", "space", "constraints",
-    "shapes", "interpreter_shapes", "dtypes", "bench", "targets", "cache", "generated",
+    "shapes", "interpreter_shapes", "dtypes", "bench", "search", "targets", "cache", "generated",
     "default_config", "vendor", "cost",
 )  # fmt: skip
 _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "reference", "key", "space", "shapes")
@@ -669,7 +794,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: _Defaults) -> KernelSpec:
         name=name, **refs, key=dims, space=space, shapes=shapes, interpreter_shapes=interp,
         dtypes=s.dtypes, bench=s.bench, targets=s.targets,
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
-        default_config=default, vendor=vendor, cost=cost,
+        default_config=default, vendor=vendor, cost=cost, search=s.search,
     )  # fmt: skip
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from . import cache as cache_io
+from . import search
 from .compile import CompileResult
 from .fingerprint import RECORD_FORMAT, SourceIndex, digest
 from .hardware import LocalDevice
-from .manifest import KernelSpec, Manifest
+from .manifest import KernelSpec, Manifest, SearchSettings
 from .space import Config
 from .specialize import SpecializationTable, read_table
 from .triton_compat import PINNED_ENV, versions
@@ -59,8 +60,10 @@ class CompileUnit:
 
 @dataclass(frozen=True)
 class BenchUnit:
-    """Measure every candidate config of one kernel on one (shape, dtype) on one device model,
-    and the baselines the manifest declares (its default config, the vendor implementation)."""
+    """Search the candidate configs of one kernel on one (shape, dtype) on one device model: all
+    of them (exhaustive), or within a budget; ``sources`` are the shapes whose results seed a
+    budgeted search (their bench tasks run first, aot_tune.search.transfer_plan). Then the
+    baselines the manifest declares (its default config, the vendor implementation)."""
 
     kernel: str
     shape: tuple[int, ...]
@@ -72,10 +75,17 @@ class BenchUnit:
     default_config: Config | None = None
     vendor: str = ""
     baselines_fingerprint: str = ""  # "" when no baseline is planned
+    search: SearchSettings = SearchSettings()
+    sources: tuple[tuple[int, ...], ...] = ()
 
     @property
     def name(self) -> str:
         return f"bench:{self.kernel}:{self.device}:{self.dtype}:{shape_label(self.shape)}"
+
+    @cached_property
+    def probes(self) -> tuple[Config, ...]:
+        """The configs this bench may measure, so the ones to compile (all but for random draws)."""
+        return self.configs if self.search.exhaustive else search.up_front(self.search, self.configs)
 
 
 @dataclass
@@ -120,9 +130,13 @@ class KernelPlan:
                 self._benches_by_launch.setdefault((unit.shape, unit.dtype), []).append(unit)
         return self._benches_by_launch.get(launch, [])
 
+    def bench_of(self, launch: Launch, device: str) -> BenchUnit | None:
+        """The bench unit of this launch on this device model."""
+        return next((u for u in self.benches_for(launch) if u.device == device), None)
+
     def launches(self) -> dict[Launch, tuple[Config, ...]]:
         """Every planned (shape, dtype) with its configs, once however many device models bench it."""
-        return {(u.shape, u.dtype): u.configs for u in self.bench_units}
+        return {(u.shape, u.dtype): u.probes for u in self.bench_units}
 
     def plan_compiles(self, toolchain: dict[str, str], work: Path) -> None:
         """One compile unit per (config, specialization, target) the table knows, deduplicated
@@ -207,12 +221,16 @@ def measured_code(sources: SourceIndex, spec: KernelSpec) -> str:
 
 def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
     """Everything that decides each config's measurement for one (kernel, shape, dtype) on one
-    device. The config space is not part of it: a record lists the configs it measured (by
-    stable id), so adding a config measures only that config and removing one only re-picks."""
+    device, and for a budgeted search its strategy and settings (exhaustive adds nothing, so its
+    fingerprints are those of records made before strategies existed). The config space is not
+    part of it: a record lists the configs it measured (by stable id), so adding a config
+    measures only that config and removing one only re-picks; a budgeted record names the
+    candidates it searched, and a change of them reruns its search (aot_tune.search.covers)."""
     toolchain = {"triton": on.triton, "torch": on.torch, **PINNED_ENV}
+    strategy = () if spec.search.exhaustive else (spec.search.canonical(),)
     return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
                   asdict(spec.bench), toolchain, on.key, on.name, on.compute_capability, on.backend,
-                  spec.reference, spec.inputs)
+                  spec.reference, spec.inputs, *strategy)
 
 
 def baselines_fingerprint(spec: KernelSpec, vendor_code: str, bench_fp: str, default_config: Config | None) -> str:
@@ -248,16 +266,21 @@ def build_plan(manifest: Manifest, devices: LocalDevice | Sequence[LocalDevice],
                 kp.targets = (*kp.targets, device.target)  # the bench launches need the device's arch compiled
             measured_on = MeasuredOn(device.key, device.name, device.compute_capability, device.backend,
                                      plan.toolchain["triton"], plan.toolchain["torch"])
-            for shape in spec.shapes_for(device.backend):
+            shapes = spec.shapes_for(device.backend)
+            seeds = search.transfer_plan(shapes) if spec.search.strategy in ("successive_halving", "surrogate") \
+                and spec.search.transfer else {}
+            for shape in shapes:
                 if shape not in configs_per_shape:
                     configs_per_shape[shape] = tuple(spec.space.configs_for(spec.shape_dict(shape)))
                 default = spec.default_config.resolve(spec.shape_dict(shape)) if spec.default_config else None
                 for dtype in spec.dtypes:
                     fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
                     out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
-                    kp.bench_units.append(BenchUnit(spec.name, shape, dtype, device.key,
-                                                    configs_per_shape[shape], fp, out, default, spec.vendor or "",
-                                                    baselines_fingerprint(spec, vendor_code, fp, default)))
+                    kp.bench_units.append(BenchUnit(
+                        spec.name, shape, dtype, device.key, configs_per_shape[shape], fp, out,
+                        default_config=default, vendor=spec.vendor or "",
+                        baselines_fingerprint=baselines_fingerprint(spec, vendor_code, fp, default),
+                        search=spec.search, sources=seeds.get(shape, ())))
         kp.specializations_path = work / "specialize" / f"{spec.name}.json"
         kp.specializations = read_table(kp.specializations_path,
                                         digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain))
@@ -299,7 +322,8 @@ class Staleness:
         return self._cache_entry(kp)[2].get(unit.fingerprint)
 
     def configs_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> list[Config]:
-        """Planned configs the previous record has not measured (memoized: asked once per compile)."""
+        """Planned configs the previous record has not measured (memoized: asked once per compile);
+        for a budgeted search that is not done, the configs it may reach and has not measured."""
         return self._to_measure_memo(kp, unit)[1]
 
     def measures(self, kp: KernelPlan, unit: BenchUnit, config: Config) -> bool:
@@ -311,16 +335,23 @@ class Staleness:
         memo = self._to_measure.get(unit.output)
         if memo is None or memo[0] is not record:
             measured = _measured_ids(record)
-            todo = [c for c in unit.configs if c.id not in measured]
+            if unit.search.exhaustive or not _covers(record, unit):
+                todo = [c for c in unit.probes if c.id not in measured]
+            else:
+                todo = []
             memo = self._to_measure[unit.output] = (record, todo, frozenset(todo))
         return memo
 
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
-        """Done when a record under this fingerprint covers exactly the planned configs and
-        holds the planned baselines."""
+        """Done when a record under this fingerprint covers exactly the planned configs (for a
+        budgeted search: its search under this strategy and budget, the fingerprint, chose among
+        exactly the planned candidates) and holds the planned baselines."""
         record = self.previous_record(kp, unit)
-        return record is not None and not self.configs_to_measure(kp, unit) and \
-            len(_measured_ids(record)) == len(unit.configs) and _has_baselines(record, unit)
+        if record is None or not _has_baselines(record, unit):
+            return False
+        if not unit.search.exhaustive:
+            return _covers(record, unit)
+        return not self.configs_to_measure(kp, unit) and len(_measured_ids(record)) == len(unit.configs)
 
     def baselines_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> bool:
         """Whether this bench must (re-)measure its baselines: planned, and not in the record yet."""
@@ -350,8 +381,11 @@ class Staleness:
 
 
 def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
-    return record is not None and _measured_ids(record) == {c.id for c in unit.configs} and \
-        _has_baselines(record, unit)
+    if record is None or not _has_baselines(record, unit):
+        return False
+    if not unit.search.exhaustive:
+        return search.covers(record, unit.configs)
+    return _measured_ids(record) == {c.id for c in unit.configs}
 
 
 def _has_baselines(record: TuningRecord | None, unit: BenchUnit) -> bool:

@@ -8,7 +8,10 @@ drift that one run's samples cannot show). Among the configs tied with the faste
    churn the checked-in table over noise);
 2. otherwise the lowest median wins, and equal medians go to the smaller config id.
 
-Failed configs are never chosen.
+Failed configs are never chosen, and only like is compared with like: a short screening
+measurement (successive halving's early rungs, ``short_rep_ms`` set) never competes with a full
+one. The pick is among the full measurements; only a search whose seconds budget ran out before
+any config was timed in full picks among its longest short ones.
 """
 from __future__ import annotations
 
@@ -42,10 +45,19 @@ def _interval(m: Measurement) -> tuple[float, float]:
     return low * (1 - TIE_FLOOR), high * (1 + TIE_FLOOR)
 
 
+def comparable(measurements: Iterable[Measurement]) -> list[Measurement]:
+    """The passing measurements a pick compares: the full ones, else the longest short ones."""
+    passing = [m for m in measurements if m.status == "ok" and m.runs > 0]
+    full = [m for m in passing if not m.short_rep_ms]
+    if full or not passing:
+        return full
+    longest = max(m.short_rep_ms for m in passing)
+    return [m for m in passing if m.short_rep_ms == longest]
+
+
 def tied_with_fastest(measurements: Iterable[Measurement]) -> list[Measurement]:
-    """The passing configs indistinguishable from the fastest one, fastest first."""
-    passing = sorted((m for m in measurements if m.status == "ok" and m.runs > 0),
-                     key=lambda m: (m.median_ms, m.config.id))
+    """The comparable configs indistinguishable from the fastest one, fastest first."""
+    passing = sorted(comparable(measurements), key=lambda m: (m.median_ms, m.config.id))
     if not passing:
         return []
     fastest_high = _interval(passing[0])[1]

@@ -7,18 +7,18 @@ files, not doit's database, are the record of what is done.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
 from doit.exceptions import TaskFailed
 
 from . import cache as cache_io
+from . import search
 from .bench.nvml import ClockReading
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .codegen import render_module
@@ -27,12 +27,13 @@ from .errors import BenchUnavailable
 from .executors import Executors
 from .fileio import write_atomic
 from .hardware import LocalDevice
+from .manifest import BenchSettings
 from .plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
 from .progress import Progress
-from .select import choose, median_interval
+from .select import choose
 from .space import Config
 from .specialize import SpecializeRequest, launch_key
-from .tuning_schema import Measurement, TuningRecord
+from .tuning_schema import Measurement, Search, TuningRecord
 
 BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
 #: The config a vendor baseline is recorded under (it has no params).
@@ -56,6 +57,7 @@ class TuneSession:
         self.baseline_status: Counter[str] = Counter()
         self.spans: dict[str, list[float]] = {}  # stage -> [first start, last end], time.time()
         self._spans_lock = threading.Lock()
+        self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
 
     def _span(self, stage: str, start: float, end: float) -> None:
         with self._spans_lock:
@@ -125,27 +127,22 @@ class TuneSession:
 
     # -- bench -----------------------------------------------------------------------------
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
-        """Measure the configs this shape has no measurement of yet; keep the others; re-pick.
-        Then the baselines, if the record lacks them (alone, for records made before them)."""
-        spec = kp.spec
+        """Exhaustive: measure the configs this shape has no measurement of yet and keep the
+        others. Budgeted: run the shape's search (aot_tune.search). Then the baselines, if the
+        record lacks them (alone, for records made before them); re-pick and write."""
         device = self.plan.device_of(unit)
         previous = self.staleness.previous_record(kp, unit)
-        to_measure = self.staleness.configs_to_measure(kp, unit)
-        invalid = self._invalid_configs(kp, unit, to_measure)
-        measurements = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
-        requests = [BenchRequest(
-            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
-            inputs_ref=spec.inputs, reference_ref=spec.reference,
-            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
-            config_id=config.id, config=config.params, settings=spec.bench,
-            kernel_hashes=self._kernel_hashes(kp, unit, config, device),
-        ) for config in to_measure if config.id not in invalid]
+        search_info = None
         baselines: dict[str, ConfigMeasurement] = {}
         start, began = time.perf_counter(), time.time()
         self._widen_bench_window(time.monotonic())
         try:
             with self.executors.devices.lease(device) as lease:  # a local GPU, or a cluster's GPU of this model
-                measurements += lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend])
+                lease.ready()  # a worker's start-up is not part of any measurement's seconds
+                if unit.search.exhaustive:
+                    entries, fresh = self._measure_all(kp, unit, lease, previous, device)
+                else:
+                    entries, fresh, search_info = self._search(kp, unit, lease, previous, device)
                 info = lease.info
                 self.cache_hits += lease.cache_hits
                 self.cache_misses += lease.cache_misses
@@ -158,18 +155,103 @@ class TuneSession:
         self._widen_bench_window(time.monotonic())
         self.seconds["bench"] += elapsed
         self._span("bench", began, time.time())
-        self.bench_status.update(m.status for m in measurements)
-        self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in measurements
+        self.bench_status.update(m.status for m in fresh)
+        self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in fresh
                                         if m.method in ("events", "graph")) / 1e3
         self.baseline_status.update(f"{role} {m.status}" for role, m in baselines.items())
-        record = self._record(kp, unit, info, previous, measurements, elapsed)
+        record = self._record(kp, unit, info, previous, entries, fresh, elapsed)
         _baselines_to_proto(record, unit, previous, baselines)
+        if search_info is not None:
+            record.search.CopyFrom(search_info)
         if not record.HasField("best"):
             # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return TaskFailed(_no_config_passed(unit, record))
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
-        self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}")
+        note = f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}"
+        if search_info is not None:
+            note += (f" ({search_info.strategy}: {search_info.configs_measured} of {search_info.candidate_count} "
+                     f"configs, {search_info.seconds:.1f}s)")
+            tally = self.searched.setdefault(unit.search.describe(), Counter())
+            tally.update(shapes=1, measured=search_info.configs_measured, candidates=search_info.candidate_count)
+            tally["seconds"] += search_info.seconds
+        self.progress["bench"].advance(note)
+
+    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None,
+                     device: LocalDevice):
+        """Every planned config the previous record lacks, as one pipelined batch; the rest is
+        kept from the previous record."""
+        to_measure = self.staleness.configs_to_measure(kp, unit)
+        invalid = self._invalid_configs(kp, unit, to_measure)
+        planned = {c.id: c for c in unit.configs}
+        entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
+        fresh = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
+        requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in to_measure if c.id not in invalid]
+        began = time.perf_counter()
+        measured = list(lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend]))
+        seconds = _share_out(time.perf_counter() - began, measured)
+        for m in fresh:
+            entries[m.config_id] = _measurement_proto(m, planned[m.config_id])
+        for m in measured:
+            entries[m.config_id] = _measurement_proto(m, planned[m.config_id], seconds[m.config_id])
+        return entries, fresh + measured
+
+    def _search(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None, device: LocalDevice):
+        """Run the unit's budgeted search. A probe the previous record under this fingerprint
+        already answers (same config, same timing length) is taken from it: after a change of
+        the candidates the search replays, and only its new probes reach the GPU."""
+        bench = kp.spec.bench
+        invalid = self._invalid_configs(kp, unit, list(unit.probes))
+        earlier = {(m.config.id, m.short_rep_ms): m for m in previous.measurements
+                   if m.status != "invalid"} if previous else {}
+        fresh: list[ConfigMeasurement] = []
+        reused = 0
+
+        def measure(config: Config, share: float) -> Measurement:
+            nonlocal reused
+            short_rep_ms = bench.rep_ms * share if share < 1 else 0.0
+            known = earlier.get((config.id, short_rep_ms))
+            if known is not None:
+                reused += 1
+                return known
+            settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
+            measured, seconds = self._measure_one(kp, unit, lease, config, settings, device)
+            fresh.append(measured)
+            return _measurement_proto(measured, config, seconds, short_rep_ms)
+
+        sources = [search.source_from_record(r, unit.shape) for r in self._source_records(kp, unit)]
+        result = search.run_search(unit.search, unit.configs, invalid, measure, sources)
+        return result.measurements, fresh, _search_proto(unit, result, reused)
+
+    def _source_records(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
+        """The finished records of the shapes seeding this one (their bench tasks ran first)."""
+        records = []
+        for shape in unit.sources:
+            source = kp.bench_of((shape, unit.dtype), unit.device)
+            record = self.staleness.previous_record(kp, source) if source is not None else None
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _measure_one(self, kp: KernelPlan, unit: BenchUnit, lease, config: Config, settings: BenchSettings,
+                     device: LocalDevice) -> tuple[ConfigMeasurement, float]:
+        """One config on the leased device (an adaptive search needs each result before the next
+        choice), and the wall seconds it took."""
+        began = time.perf_counter()
+        (measured,) = lease.measure_all([self._request(kp, unit, config, settings, device)],
+                                        BENCH_TIMEOUT_S[device.backend])
+        return measured, time.perf_counter() - began
+
+    def _request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
+                 device: LocalDevice) -> BenchRequest:
+        spec = kp.spec
+        return BenchRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+            inputs_ref=spec.inputs, reference_ref=spec.reference,
+            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+            config_id=config.id, config=config.params, settings=settings,
+            kernel_hashes=self._kernel_hashes(kp, unit, config, device),
+        )
 
     def _widen_bench_window(self, now: float) -> None:
         with self._window_lock:
@@ -215,7 +297,8 @@ class TuneSession:
         return tuple(sorted({h for r in results if r is not None for h in r.specializations}))
 
     def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo, previous: TuningRecord | None,
-                measurements: list[ConfigMeasurement], elapsed: float) -> TuningRecord:
+                entries: dict[str, Measurement], measurements: list[ConfigMeasurement],
+                elapsed: float) -> TuningRecord:
         spec = kp.spec
         record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
                               dtype=unit.dtype, fingerprint=unit.fingerprint,
@@ -232,10 +315,6 @@ class TuneSession:
         bench = spec.bench
         record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
         record.bench.l2_flush, record.bench.l2_flush_bytes = bench.l2_flush, bench.l2_flush_bytes or 0
-        planned = {c.id: c for c in unit.configs}
-        entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
-        for m in measurements:
-            entries[m.config_id] = _measurement_proto(m, planned[m.config_id])
         record.measurements.extend(entries[config_id] for config_id in sorted(entries))
         fresh = [m for m in measurements if m.method]
         if fresh:
@@ -323,7 +402,11 @@ class TuneSession:
                 line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
             lines.append(line)
             lines.append(self._bench_timing())
+        for described, tally in sorted(self.searched.items()):
+            lines.append(f"search: {described}: {tally['shapes']} shapes, {tally['measured']} of "
+                         f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
         return "\n".join(lines)
+
 
 
     def _bench_timing(self) -> str:
@@ -346,20 +429,45 @@ class TuneSession:
         return line
 
 
-def _measurement_proto(m: ConfigMeasurement, config: Config) -> Measurement:
+def _measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.0,
+                       short_rep_ms: float = 0.0) -> Measurement:
     entry = Measurement(status=m.status, reason=m.message, error_norm=m.error_norm, method=m.method,
-                        launches_per_sample=m.launches_per_sample if m.method else 0, cold_l2=m.cold_l2)
+                        launches_per_sample=m.launches_per_sample if m.method else 0, cold_l2=m.cold_l2,
+                        seconds=seconds, short_rep_ms=short_rep_ms)
     cache_io.config_to_proto(m.config_id, config.as_dict(), entry.config)
+    for phase in ("check", "warmup", "capture", "timed"):
+        if phase in m.phase_seconds:
+            setattr(entry.phases, phase, m.phase_seconds[phase])
     if m.times_ms:
-        entry.times_ms.extend(m.times_ms)
-        entry.median_ms = statistics.median(m.times_ms)
-        entry.median_ci_low_ms, entry.median_ci_high_ms = median_interval(m.times_ms)
-        entry.min_ms, entry.mean_ms = min(m.times_ms), statistics.fmean(m.times_ms)
-        entry.stdev_ms = statistics.pstdev(m.times_ms)
-        entry.runs = len(m.times_ms)
+        cache_io.set_samples(entry, m.times_ms)
     if m.method:
         _clocks_to_proto(m.clocks_start, m.clocks_end, entry.clocks)
     return entry
+
+
+def _share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, float]:
+    """A pipelined batch's wall time shared out over its measurements in proportion to each one's
+    own phases on the device worker (less the graph capture, which overlapped the previous
+    config's timed launches), so that they add up to what the batch cost."""
+    own = {m.config_id: sum(s for phase, s in m.phase_seconds.items() if phase != "capture") for m in measured}
+    total = sum(own.values())
+    if total <= 0:
+        return {config_id: wall / max(len(own), 1) for config_id in own}
+    return {config_id: wall * value / total for config_id, value in own.items()}
+
+
+def _search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> Search:
+    """What a record says about the search that produced it (see aot_tune.tuning.proto)."""
+    settings = unit.search
+    info = Search(strategy=settings.strategy, budget_configs=settings.budget_configs or 0,
+                  budget_seconds=settings.budget_seconds or 0.0, seed=settings.seed,
+                  settings=json.dumps(settings.canonical(), sort_keys=True),
+                  candidates=search.candidate_digest(unit.configs), candidate_count=len(unit.configs),
+                  configs_measured=result.configs_measured, seconds=round(result.seconds, 3),
+                  compute_seconds=round(result.compute_seconds, 3), reused=reused)
+    for shape, config_ids in result.seeded_by:
+        info.sources.add(shape=list(shape), config_ids=list(config_ids))
+    return info
 
 
 def _clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:

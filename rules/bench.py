@@ -1,4 +1,5 @@
-"""bench: one task per (kernel, shape, dtype, device model), after its configs compiled."""
+"""bench: one task per (kernel, shape, dtype, device model), after its configs compiled and, for
+a budgeted search with transfer, after the shapes that seed it."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -7,21 +8,28 @@ from typing import Iterator
 def tasks(session) -> Iterator[dict]:
     staleness, plan = session.staleness, session.plan
     units = [(kp, u) for kp in session.plan.kernels for u in kp.bench_units]
-    # Longest first, so the last tasks on each GPU are short ones: a config costs about warmup +
-    # rep whatever its shape, so a task's cost is its config count. doit dispatches in this order.
-    units.sort(key=lambda item: -len(item[1].configs))
+    # Seeding shapes first, then longest first, so the last tasks on each GPU are short ones: a
+    # config costs about warmup + rep whatever its shape, so a task's cost is its config count
+    # (its budget under a budgeted search). doit dispatches in this order.
+    units.sort(key=lambda item: (bool(item[1].sources), -_cost(item[1])))
     session.start_stage("bench", sum(not staleness.bench_done(kp, u) for kp, u in units))
     devices = ", ".join(f"{d.key}, {d.backend}" for d in plan.devices)
     yield {"basename": "bench", "name": None, "doc": f"benchmark each shape x dtype on each device model ({devices})"}
     for kp, unit in units:
         targets = kp.bench_targets(plan.device_of(unit))
-        compiles = [c.name for config in unit.configs for c in kp.compiles_for(unit, config, targets)]
+        compiles = [c.name for config in unit.probes for c in kp.compiles_for(unit, config, targets)]
+        seeds = [kp.bench_of((shape, unit.dtype), unit.device).name for shape in unit.sources]
         yield {
             "basename": "bench",
             "name": unit.name.partition(":")[2],
             "doc": f"benchmark {unit.kernel} on {unit.dtype} {unit.shape}",
             "actions": [(session.bench, (kp, unit))],
-            "task_dep": compiles,
+            "task_dep": compiles + seeds,
             "uptodate": [lambda kp=kp, unit=unit: staleness.bench_done(kp, unit)],
             "verbosity": 0,
         }
+
+
+def _cost(unit) -> int:
+    budget = unit.search.budget_configs
+    return len(unit.configs) if budget is None else min(budget, len(unit.configs))

@@ -139,3 +139,21 @@ def test_warm_start_launches_without_tritons_installation_hash(tuned, tmp_path):
         assert out.returncode == 0, out.stderr
         runs.append(out.stdout.strip().splitlines()[-1])
     assert runs == ['{"ok": true, "triton_key_calls": 1}', '{"ok": true, "triton_key_calls": 0}']
+
+
+def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_path):
+    manifest = MANIFEST.replace("  bench: {warmup_ms: 2, rep_ms: 5}", "  bench: {warmup_ms: 2, rep_ms: 18}\n"
+                                "  search: {strategy: successive_halving, budget: {configs: 9}}")
+    project = make_project(tmp_path, manifest)
+    proc = tune(project, "gemm", backend="cuda")
+    assert "search: successive_halving, 9 configs per shape: 2 shapes" in proc.stderr, proc.stderr
+    from aot_tune.cache import read_record
+
+    for path in (project / ".aot_tune" / "bench").rglob("gemm/*.pb"):
+        record = read_record(path)
+        short = [m for m in record.measurements if m.status == "ok" and m.short_rep_ms]
+        full = [m for m in record.measurements if m.status == "ok" and not m.short_rep_ms]
+        assert short and full and record.best.id in {m.config.id for m in full}
+        assert {m.short_rep_ms for m in short} <= {2.0, 6.0}  # rep_ms / 9 and rep_ms / 3
+        assert max(m.phases.timed for m in short if m.short_rep_ms == 2.0) < min(m.phases.timed for m in full)
+        assert all(m.seconds > 0 for m in short + full)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aot_tune.errors import ManifestError, TuneError
-from aot_tune.manifest import BenchSettings, KernelSpec, Manifest, load_manifest
+from aot_tune.manifest import BenchSettings, KernelSpec, Manifest, SearchSettings, load_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -583,3 +583,75 @@ def test_empty_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     err = fail(tmp_path, monkeypatch, edit('cost: {bytes: "2 * ROWS * COLS * dtype_bytes", flops: 0}', "cost: {}",
                                            BASELINES))
     assert err.key == "kernels.softmax.cost" and "no cost given" in str(err)
+
+
+# --------------------------------------------------------------------------- search strategies
+
+
+def test_search_defaults_to_exhaustive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = load(tmp_path, monkeypatch, BASE).kernel("gemm")
+    assert g.search == SearchSettings() and g.search.exhaustive
+    assert g.search.canonical() == {"strategy": "exhaustive"}
+
+
+def test_search_block_merges_over_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("  bench: {warmup_ms: 10}\n",
+                "  bench: {warmup_ms: 10}\n  search: {strategy: surrogate, budget: {configs: 40}, seed: 3}\n")
+    text = edit("    bench: {rep_ms: 50, l2_flush: false}\n",
+                "    bench: {rep_ms: 50, l2_flush: false}\n"
+                "    search:\n      strategy: successive_halving\n      budget: {seconds: 2.5}\n      eta: 4\n", text)
+    m = load(tmp_path, monkeypatch, text)
+    assert m.kernel("gemm").search == SearchSettings("surrogate", 40, None, 3)
+    sh = m.kernel("softmax").search  # its own strategy and budget; the seed is inherited
+    assert sh == SearchSettings("successive_halving", None, 2.5, 3, True, 4, 3)
+    assert sh.canonical() == {"strategy": "successive_halving", "budget": {"seconds": 2.5}, "seed": 3,
+                              "transfer": True, "eta": 4, "rungs": 3}
+    assert sh.describe() == "successive_halving, 2.5 s per shape"
+
+
+def test_options_of_another_strategy_are_not_inherited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("  bench: {warmup_ms: 10}\n", "  bench: {warmup_ms: 10}\n  search: {strategy: successive_halving, "
+                "budget: {configs: 30}, eta: 4, transfer: false}\n")
+    text = edit("    bench: {rep_ms: 50, l2_flush: false}\n",
+                "    bench: {rep_ms: 50, l2_flush: false}\n    search: {strategy: random}\n", text)
+    text = edit("    constraints:\n      - \"BLOCK_M * BLOCK_K",
+                "    search: {strategy: exhaustive}\n    constraints:\n      - \"BLOCK_M * BLOCK_K", text)
+    m = load(tmp_path, monkeypatch, text)
+    assert m.kernel("softmax").search == SearchSettings("random", 30, None, 0)  # eta, transfer dropped
+    assert m.kernel("gemm").search == SearchSettings()  # budget dropped too
+
+
+@pytest.mark.parametrize("block, needle, problem, fix", [
+    ("{strategy: sucessive_halving, budget: {configs: 4}}", "sucessive", "unknown strategy 'sucessive_halving'",
+     "did you mean 'successive_halving'?"),
+    ("{strategy: surrogate}", "strategy: surrogate", "strategy surrogate needs a budget per shape",
+     "budget: {configs: 40}"),
+    ("{strategy: random, budget: {configs: 4, seconds: 1}}", "strategy: random",
+     "expected one of configs or seconds, got 2 keys", "budget: {seconds: 2.0}"),
+    ("{strategy: random, budget: {configs: 0}}", "strategy: random", "expected a positive integer, got 0",
+     "configs measured per shape"),
+    ("{strategy: random, budget: {minutes: 1}}", "strategy: random", "unknown key 'minutes'", ""),
+    ("{strategy: random, budget: {configs: 4}, eta: 3}", "strategy: random", "strategy random does not take 'eta'",
+     "strategy random takes: budget, seed"),
+    ("{strategy: surrogate, budget: {configs: 4}, transfer: yes please}", "strategy: surrogate",
+     "expected true or false", "transfer: true"),
+    ("{strategy: successive_halving, budget: {configs: 4}, rungs: 1}", "strategy: successive_halving",
+     "expected an integer >= 2, got 1", "rungs: 3"),
+    ("{strategy: exhaustive, budget: {configs: 4}}", "strategy: exhaustive",
+     "exhaustive measures every config and takes no 'budget'", "choose strategy: random"),
+    ("surrogate", "search: surrogate", "expected a mapping, got 'surrogate'",
+     "search: {strategy: surrogate, budget: {configs: 40}}"),
+])
+def test_bad_search_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block, needle, problem, fix) -> None:
+    text = edit("    bench: {rep_ms: 50, l2_flush: false}\n",
+                f"    bench: {{rep_ms: 50, l2_flush: false}}\n    search: {block}\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert err.line == line_of(text, needle) and err.key.startswith("kernels.softmax.search"), str(err)
+    assert problem in str(err) and fix in err.fix, str(err)
+
+
+def test_search_error_points_at_the_key_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("    bench: {rep_ms: 50, l2_flush: false}\n", "    bench: {rep_ms: 50, l2_flush: false}\n"
+                "    search:\n      strategy: surrogate\n      budget: {configs: 10}\n      rungs: 2\n")
+    err = fail(tmp_path, monkeypatch, text)
+    assert_error(err, line_of(text, "rungs: 2"), "kernels.softmax.search.rungs", "does not take 'rungs'")

@@ -1,6 +1,7 @@
 """The plan and its staleness checks, on this repository's manifest and checked-in H200 tables."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -68,3 +69,90 @@ def test_a_new_triton_version_rebenches_everything_on_that_device(monkeypatch):
     plan = plan_module.build_plan(manifest, device, manifest.kernels)
     staleness = plan_module.Staleness(plan)
     assert all(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)
+
+
+BUDGETED = """\
+version: 1
+defaults:
+  targets: [sm90]
+kernels:
+  gemm:
+    kernel: kernels.gemm:matmul_kernel
+    launch: kernels.gemm:matmul
+    inputs: kernels.gemm:make_inputs
+    reference: kernels.gemm:reference
+    key: [M, N, K]
+    space:
+      BLOCK_M: [32, 64, 128]
+      BLOCK_N: [32, 64, 128]
+      BLOCK_K: [32, 64]
+      num_warps: [4, 8]
+    shapes:
+      - grid: {M: [64, 256, 1024, 4096], N: [4096], K: [4096]}
+    search: SEARCH
+"""
+
+
+def budgeted_plan(tmp_path, search: str):
+    from tunerun import make_project
+
+    from aot_tune.hardware import INTERPRETER_DEVICE
+
+    project = make_project(tmp_path / search.replace(" ", "").replace(":", "-")[:40], BUDGETED.replace("SEARCH", search))
+    manifest = load_manifest(project / "tuning.yaml")
+    return plan_module.build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
+
+
+def test_exhaustive_fingerprints_ignore_the_search_block_and_budgeted_ones_depend_on_it(tmp_path):
+    fingerprints = {}
+    for search in ("{strategy: exhaustive}", "{strategy: random, budget: {configs: 5}}",
+                   "{strategy: random, budget: {configs: 6}}", "{strategy: random, budget: {configs: 5}, seed: 1}",
+                   "{strategy: surrogate, budget: {configs: 5}}"):
+        fingerprints[search] = [u.fingerprint for u in budgeted_plan(tmp_path, search).kernels[0].bench_units]
+    plain = budgeted_plan(tmp_path, "{strategy: exhaustive}\n    dtypes: [float16]").kernels[0].bench_units
+    assert [u.fingerprint for u in plain] == fingerprints["{strategy: exhaustive}"]
+    assert len({tuple(f) for f in fingerprints.values()}) == len(fingerprints)
+
+
+def test_random_draws_alone_are_compiled_and_seeded_benches_wait_for_their_anchors(tmp_path):
+    from aot_tune.executors import Executors
+    from aot_tune.rules import bench as bench_rule
+    from aot_tune.stages import TuneSession
+
+    random_plan = budgeted_plan(tmp_path, "{strategy: random, budget: {configs: 5}}")
+    kp = random_plan.kernels[0]
+    assert all(len(u.probes) == 5 and not u.sources for u in kp.bench_units)
+    drawn = {c for u in kp.bench_units for c in u.probes}
+    assert {launch[3] for launch in kp.unspecialized} == drawn  # only the draws are ever compiled
+    surrogate_plan = budgeted_plan(tmp_path, "{strategy: surrogate, budget: {configs: 5}}")
+    kp = surrogate_plan.kernels[0]
+    assert [u.probes == u.configs for u in kp.bench_units] == [True] * 4
+    anchors = ((256, 4096, 4096), (4096, 4096, 4096))  # the medoid (ties: the smaller), then the farthest
+    assert {u.shape[0]: u.sources for u in kp.bench_units} == {64: anchors, 256: (), 1024: anchors, 4096: ()}
+    session = TuneSession(surrogate_plan, Executors(surrogate_plan.device, tmp_path / "triton", 1))
+    tasks = {t["name"]: t for t in bench_rule.tasks(session) if t.get("name")}
+    for unit in kp.bench_units:
+        deps = [d for d in tasks[unit.name.partition(":")[2]]["task_dep"] if d.startswith("bench:")]
+        assert deps == [kp.bench_of((s, unit.dtype), unit.device).name for s in unit.sources]
+    first = [name.rsplit(":", 1)[1] for name in tasks][:2]  # doit dispatches anchors first
+    assert sorted(first) == ["256x4096x4096", "4096x4096x4096"]
+
+
+def test_a_budgeted_search_is_done_when_it_searched_exactly_the_planned_candidates(tmp_path):
+    from aot_tune.search import candidate_digest
+    from aot_tune.tuning_schema import TuningRecord
+
+    plan = budgeted_plan(tmp_path, "{strategy: surrogate, budget: {configs: 5}}")
+    kp = plan.kernels[0]
+    unit = kp.bench_units[1]
+    staleness = plan_module.Staleness(plan)
+    assert not staleness.bench_done(kp, unit) and staleness.configs_to_measure(kp, unit) == list(unit.configs)
+    record = TuningRecord(fingerprint=unit.fingerprint)
+    record.search.candidates = candidate_digest(unit.configs)
+    unit.output.parent.mkdir(parents=True, exist_ok=True)
+    unit.output.write_bytes(record.SerializeToString())
+    assert staleness.bench_done(kp, unit) and staleness.configs_to_measure(kp, unit) == []
+    record.search.candidates = candidate_digest(unit.configs[1:])  # a config was added since
+    unit.output.write_bytes(record.SerializeToString())
+    os.utime(unit.output, ns=(1, 1))  # same size: the changed mtime tells the memo to re-read
+    assert not staleness.bench_done(kp, unit)

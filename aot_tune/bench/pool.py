@@ -40,6 +40,10 @@ class DeviceLease:
     def info(self) -> DeviceInfo:
         return self._pool.worker(self.index).info
 
+    def ready(self) -> None:
+        """Wait for this device's worker to be up (a task that times its work starts after this)."""
+        self._pool.worker(self.index)
+
     def measure(self, request: BenchRequest, timeout_s: float) -> ConfigMeasurement:
         (result,) = self.measure_all([request], timeout_s)  # drained, so the worker's "done" is read
         return result

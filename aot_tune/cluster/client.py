@@ -278,6 +278,9 @@ class ClusterLease:
     def __exit__(self, *exc) -> bool:
         return False
 
+    def ready(self) -> None:
+        """Cluster workers are up before a run uses them (planning checked each one)."""
+
     @property
     def info(self) -> DeviceInfo:
         if self._info is None:  # nothing ran yet: an empty batch reports the device

@@ -1,0 +1,154 @@
+"""Replays of budgeted searches over exhaustive records, and tools/pareto.py on them.
+
+The records are synthetic exhaustive records with samples and phases, as a bench output holds
+them; the last test runs the whole tool under the Triton interpreter, as it runs on a GPU.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+
+import pytest
+from tunerun import REPO, subprocess_env
+
+from aot_tune import cache as cache_io
+from aot_tune.manifest import SearchSettings
+from aot_tune.replay import exhaustive_seconds, replay_suite, short_measurement
+from aot_tune.select import choose
+from aot_tune.space import Config
+from aot_tune.tuning_schema import Measurement, TuningRecord
+
+CONFIGS = [Config.from_dict({"BLOCK": b, "num_warps": w, "num_stages": s})
+           for b in (64, 128, 256, 512) for w in (1, 2, 4, 8) for s in (1, 2, 3)]
+
+
+def exhaustive_record(shape: tuple[int, ...], samples: int = 60, invalid: int = 2) -> TuningRecord:
+    """One shape's exhaustive record: a smooth landscape whose best BLOCK moves with the shape."""
+    rng = random.Random(shape[0])
+    record = TuningRecord(kernel="vector_add", key_names=["n"], shape=list(shape), dtype="float16")
+    record.device.key = "h200"
+    record.bench.rep_ms = 20
+    for i, config in enumerate(CONFIGS):
+        m = Measurement(config=None)
+        cache_io.config_to_proto(config.id, config.as_dict(), m.config)
+        if i < invalid:
+            m.status, m.reason = "invalid", "shared_memory: too big"
+        else:
+            p = config.as_dict()
+            base = math.exp(0.4 * (math.log2(p["BLOCK"]) - math.log2(shape[0]) / 2) ** 2
+                            + 0.1 * abs(math.log2(p["num_warps"]) - 2) + 0.05 * p["num_stages"])
+            m.status = "ok"
+            cache_io.set_samples(m, [base * (1 + rng.gauss(0, 0.01)) for _ in range(samples)])
+            m.phases.check, m.phases.warmup, m.phases.timed = 0.001, 0.003, 0.020
+            m.seconds = 0.026
+        record.measurements.append(m)
+    record.best.CopyFrom(choose(record.measurements).config)
+    return record
+
+
+SUITE = [exhaustive_record((n,)) for n in (256, 512, 1024, 2048, 4096, 8192, 16384)]
+
+
+def test_a_short_probe_is_a_prefix_of_the_samples_priced_without_the_skipped_timing():
+    recorded = SUITE[0].measurements[5]
+    short = short_measurement(recorded, 1 / 9, rep_ms=20)
+    assert short.runs == 10 and list(short.times_ms) == list(recorded.times_ms[:10])  # MIN_SAMPLES
+    assert short.short_rep_ms == pytest.approx(20 / 9)
+    assert short.seconds == pytest.approx(0.026 - 0.020 * (1 - 10 / 60))
+    third = short_measurement(recorded, 1 / 3, rep_ms=20)
+    assert third.runs == 20 and third.median_ms == pytest.approx(sorted(recorded.times_ms[:20])[9:11][0], rel=0.05)
+    failed = Measurement(status="crashed", seconds=3.0)
+    assert short_measurement(failed, 0.5, 20).seconds == 3.0  # a crash costs what it cost
+
+
+def test_a_budget_as_large_as_the_space_replays_the_exhaustive_picks():
+    for strategy in ("random", "surrogate"):
+        result = replay_suite(SUITE, SearchSettings(strategy, len(CONFIGS)))
+        assert result.quality == 1.0 and result.worst == 1.0
+        assert result.seconds == pytest.approx(exhaustive_seconds(SUITE), rel=0.05)  # plus the strategy's compute
+
+
+def test_budgeted_replays_cost_their_probes_and_short_timings_cost_less():
+    total = exhaustive_seconds(SUITE)
+    assert total == pytest.approx(0.026 * 46 * len(SUITE))
+    random_ = replay_suite(SUITE, SearchSettings("random", 12))
+    halving = replay_suite(SUITE, SearchSettings("successive_halving", 12))
+    surrogate = replay_suite(SUITE, SearchSettings("surrogate", 12))
+    assert random_.time_share == pytest.approx(12 * len(SUITE) * 0.026 / total, rel=0.01)  # 2 of 12 drawn may be invalid
+    assert halving.time_share < random_.time_share
+    assert all(s.configs_measured == 12 for s in surrogate.shapes) and surrogate.quality < 1.1
+    assert replay_suite(SUITE, SearchSettings("surrogate", 18)).quality == 1.0
+
+
+def test_the_replay_searches_anchors_first_and_seeds_the_rest_from_them():
+    result = replay_suite(SUITE, SearchSettings("surrogate", 6))
+    order = [s.shape for s in result.shapes]
+    from aot_tune.search import transfer_plan
+
+    plan = transfer_plan([tuple(r.shape) for r in SUITE])
+    anchors = [s for s in order if not plan[s]]
+    assert order[:len(anchors)] == anchors and len(anchors) == 3
+
+
+@pytest.fixture(scope="module")
+def records_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("records") / "exhaustive.tuning.pb"
+    cache_io.write_cache(cache_io.sorted_cache(SUITE), path)
+    return path
+
+
+def test_pareto_replays_saved_records_into_tables_and_json(records_file, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "pareto.py"), "--out", str(out), "--records",
+                           str(records_file), "--kernel", "vector_add", "--budgets", "4", "12", "--seeds", "2",
+                           "--jobs", "2"], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "pareto.json").read_text())
+    assert {(r["label"], r["budget"]) for r in report["summary"]} == \
+        {(label, b) for label in ("random", "successive_halving", "surrogate", "surrogate-no-transfer") for b in (4, 12)}
+    assert len(report["replay"]) == 4 * 2 * 2 and report["validation"] == []
+    assert [t["ratio_at_most"] for t in report["targets"]] == [1.02, 1.05]
+    table = (out / "pareto.md").read_text()
+    assert "| surrogate | 12 |" in table and "within 2% at <= 25% of the exhaustive time" in table
+    assert "phase 2: replay 4 strategies x 2 budgets x 2 seeds" in proc.stdout
+
+
+def test_pareto_runs_end_to_end_under_the_interpreter(tmp_path):
+    """The GPU flow on the CPU: exhaustive doit tune, replays, a real budgeted run compared with its replay."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "pareto.py"), "--out", str(out), "--kernel",
+                           "vector_add", "--shapes", "1024", "4096", "16384", "--budgets", "3", "6", "--seeds", "1",
+                           "--strategies", "random", "surrogate", "--validate", "surrogate:3", "--backend",
+                           "interpreter", "--jobs", "2"], capture_output=True, text=True, env=subprocess_env(),
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "pareto.json").read_text())
+    assert len(report["exhaustive"]["per_shape"]) == 3 and report["exhaustive"]["seconds"] > 0
+    (validation,) = report["validation"]
+    assert (validation["label"], validation["budget"], validation["shapes"]) == ("surrogate", 3, 3)
+    assert 0 < validation["real"]["time_share"] < 1 and validation["real"]["quality"] >= 0.5
+    saved = cache_io.read_cache(out / "validate-surrogate-3.tuning.pb").records
+    assert len(saved) == 3 and all(r.search.strategy == "surrogate" and r.search.configs_measured == 3 for r in saved)
+    assert sum(len(m.times_ms) for r in cache_io.read_cache(out / "exhaustive.tuning.pb").records
+               for m in r.measurements) > 0  # the exhaustive records keep their samples for later replays
+    assert "phase 3: real doit tune with surrogate, 3 configs per shape" in proc.stdout
+
+
+def test_the_first_probe_of_a_shape_pays_for_building_its_inputs():
+    from aot_tune.replay import replay_shape, shape_setup_seconds
+    from aot_tune.search import up_front
+
+    record = TuningRecord()
+    record.CopyFrom(SUITE[0])
+    first = next(m for m in record.measurements if m.status == "ok")
+    first.seconds += 0.5  # the exhaustive run built the shape's inputs during its first config
+    assert shape_setup_seconds(record) == pytest.approx(0.5) and shape_setup_seconds(SUITE[0]) == pytest.approx(0.0)
+    settings = SearchSettings("random", 5)
+    drawn = {c.id for c in up_front(settings, [Config.from_dict(cache_io.config_from_proto(m.config))
+                                               for m in record.measurements])}
+    plain, _ = replay_shape(SUITE[0], settings, clock=lambda: 0.0)
+    charged, _ = replay_shape(record, settings, clock=lambda: 0.0)
+    assert charged.seconds - plain.seconds == pytest.approx(0.5 + (0.5 if first.config.id in drawn else 0.0))
