@@ -554,7 +554,10 @@ _FIRST_LAUNCH_IMPORTS = (
 
 def prepare_runtime() -> None:
     """Do Triton's one-time set-up of its first launch now: the modules its specializer imports
-    and its driver (which loads its CUDA utilities; it creates no CUDA context)."""
+    and its driver (which loads its CUDA utilities; it creates no CUDA context). The driver is
+    created under ``_driver_lock``: ``driver.active`` assigns the driver it creates, which must
+    not land inside a ``target_driver`` block and replace its stand-in (a compile worker
+    imports decorated kernels, which start this on a thread, and then cross-compiles)."""
     import importlib
 
     for name in _FIRST_LAUNCH_IMPORTS:
@@ -564,4 +567,5 @@ def prepare_runtime() -> None:
             pass
     from triton.runtime import driver
 
-    driver.active.get_current_target  # noqa: B018 - instantiates the active driver
+    with _driver_lock:
+        driver.active.get_current_target  # noqa: B018 - instantiates the active driver

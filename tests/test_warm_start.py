@@ -89,3 +89,31 @@ def test_deleted_cache_entry_or_torn_index_falls_back(tmp_path):
                 file.unlink()
     rebuilt = _first_compile(tmp_path)
     assert rebuilt == {"hash": cold["hash"], "triton_key_calls": 1}
+
+
+def test_runtime_preparation_waits_for_a_stand_in_driver_block():
+    """The background set-up creates Triton's driver under the lock the compile stage's stand-in
+    driver holds, so it can never replace the stand-in in the middle of a cross-compile."""
+    import threading
+
+    from triton.runtime import driver
+
+    from aot_tune import triton_compat
+
+    finished = threading.Event()
+
+    def prepare() -> None:
+        try:
+            triton_compat.prepare_runtime()
+        except Exception:  # no GPU here: creating the real driver fails, after the block
+            pass
+        finished.set()
+
+    with triton_compat.target_driver(80):
+        stand_in = driver._active
+        thread = threading.Thread(target=prepare, daemon=True)
+        thread.start()
+        thread.join(2.0)
+        assert not finished.is_set() and driver._active is stand_in
+    thread.join(60)
+    assert finished.is_set()
