@@ -51,8 +51,6 @@ class TuneSession:
         self.cache_hits = 0
         self.cache_misses = 0
         self.seconds: Counter[str] = Counter()
-        self.bench_window: list[float] = []  # monotonic: first bench task's start, last one's end
-        self._window_lock = threading.Lock()
         self.specialized: Counter[str] = Counter()
         self.baseline_status: Counter[str] = Counter()
         self.spans: dict[str, list[float]] = {}  # stage -> [first start, last end], time.time()
@@ -135,7 +133,6 @@ class TuneSession:
         search_info = None
         baselines: dict[str, ConfigMeasurement] = {}
         start, began = time.perf_counter(), time.time()
-        self._widen_bench_window(time.monotonic())
         try:
             with self.executors.devices.lease(device) as lease:  # a local GPU, or a cluster's GPU of this model
                 lease.ready()  # a worker's start-up is not part of any measurement's seconds
@@ -152,7 +149,6 @@ class TuneSession:
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return TaskFailed(f"{unit.name}: {exc}")
         elapsed = time.perf_counter() - start
-        self._widen_bench_window(time.monotonic())
         self.seconds["bench"] += elapsed
         self._span("bench", began, time.time())
         self.bench_status.update(m.status for m in fresh)
@@ -253,26 +249,16 @@ class TuneSession:
             kernel_hashes=self._kernel_hashes(kp, unit, config, device),
         )
 
-    def _widen_bench_window(self, now: float) -> None:
-        with self._window_lock:
-            window = self.bench_window
-            window[:] = [min(window[0], now), max(window[1], now)] if window else [now, now]
-
     def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease, device) -> dict[str, ConfigMeasurement]:
         """The default config and the vendor function, on the device the configs just ran on.
         Not counted in the Triton cache hit rate: a default outside the space has no AOT compile,
         so the device worker compiles it."""
-        spec = kp.spec
-        common = dict(kernel=spec.name, root=str(self.plan.manifest.root), inputs_ref=spec.inputs,
-                      reference_ref=spec.reference, shape=tuple(spec.shape_dict(unit.shape).items()),
-                      dtype=unit.dtype, settings=spec.bench)
         requests = {}
         if unit.default_config is not None:
-            requests["default"] = BenchRequest(launch_ref=spec.launch, config_id=unit.default_config.id,
-                                               config=unit.default_config.params, **common)
+            requests["default"] = self._request(kp, unit, unit.default_config, kp.spec.bench, device)
         if unit.vendor:
-            requests["vendor"] = BenchRequest(launch_ref=unit.vendor, config_id=VENDOR_CONFIG_ID, config=(),
-                                              plain=True, **common)
+            requests["vendor"] = replace(self._request(kp, unit, Config(()), kp.spec.bench, device),
+                                         launch_ref=unit.vendor, config_id=VENDOR_CONFIG_ID, plain=True)
         roles = {request.config_id: role for role, request in requests.items()}
         measured = lease.measure_all(list(requests.values()), BENCH_TIMEOUT_S[device.backend])
         return {roles[m.config_id]: m for m in measured}
@@ -407,12 +393,10 @@ class TuneSession:
                          f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
         return "\n".join(lines)
 
-
-
     def _bench_timing(self) -> str:
         """The bench stage's wall time, and how much of it waited for device workers to start
         (torch and CUDA start-up: in a full run they start while the compiles run)."""
-        first, last = self.bench_window
+        first, last = self.spans["bench"]
         pool = self.executors.devices
         started, ready = getattr(pool, "started_at", None), getattr(pool, "ready_at", None)
         if ready is None:  # a cluster's workers were up before the run

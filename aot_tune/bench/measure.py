@@ -32,7 +32,7 @@ import math
 import time
 import warnings
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from ..loading import resolve
@@ -188,7 +188,6 @@ class Timing:
     method: str
     launches_per_sample: int = 1
     cold_l2: bool = False
-    phase_seconds: dict[str, float] = field(default_factory=dict)
 
 
 Announce = Callable[[str, str], None]  # (config id, phase) before each phase that may crash or hang
@@ -223,12 +222,6 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
         announce(pending.request.config_id, "time")
         pending.start()
         yield pending.finish()
-
-
-def measure_config(request: BenchRequest, workload: Workload, backend: str, l2_bytes: int = 0,
-                   clocks: GpuClocks | None = None) -> ConfigMeasurement:
-    """Check, then time one config (no overlap with another)."""
-    return next(measure_configs([request], workload, backend, l2_bytes, clocks))
 
 
 def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_bytes: int,

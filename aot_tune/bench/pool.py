@@ -117,7 +117,7 @@ class DevicePool:
         self._locks = [threading.Lock() for _ in range(device_count)]
         self._warming = threading.Lock()
         self._warm_started = False
-        #: monotonic times: when the workers were asked to start, and when the last of them was up
+        #: time.time() when the workers were asked to start, and when the last of them was up
         self.started_at: float | None = None
         self.ready_at: float | None = None
         self._starting = device_count
@@ -145,7 +145,7 @@ class DevicePool:
             if self._warm_started:
                 return
             self._warm_started = True
-            self.started_at = time.monotonic()
+            self.started_at = time.time()
         for index in range(len(self._locks)):
             threading.Thread(target=self._warm, args=(index,), name=f"aot_tune-warm-{index}", daemon=True).start()
 
@@ -155,7 +155,7 @@ class DevicePool:
         with self._warming:
             self._starting -= 1
             if self._starting == 0:
-                self.ready_at = time.monotonic()
+                self.ready_at = time.time()
 
     def worker(self, index: int) -> _Worker:
         with self._locks[index]:
