@@ -6,28 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tunerun import executed, make_project, tune
+from tunerun import executed, make_project, tune, vector_add_manifest
 
 from aot_tune.cache import config_from_proto, read_cache
 
-MANIFEST = """\
-version: 1
-defaults:
-  targets: [sm90]
-  bench: {warmup_ms: 1, rep_ms: 1}
-kernels:
-  vector_add:
-    kernel: kernels.vector_add:add_kernel
-    launch: kernels.vector_add:add
-    inputs: kernels.vector_add:make_inputs
-    reference: kernels.vector_add:reference
-    key: [n]
+MANIFEST = vector_add_manifest("""\
     space:
       BLOCK_SIZE: [128, 1024]
       num_warps: [4]
     shapes:
       - {n: 1000}
-"""
+""")
 BASELINES = """\
     default_config: {BLOCK_SIZE: "max(256, next_pow2(n))", num_warps: 4}
     vendor: kernels.vector_add:vendor

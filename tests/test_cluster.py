@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tunerun import doit, executed, make_project, subprocess_env, tune
+from tunerun import doit, executed, make_project, subprocess_env, tune, vector_add_manifest
 
 from aot_tune.bench.records import BenchRequest
 from aot_tune.cache import read_cache, read_record
@@ -28,23 +28,12 @@ pytest.importorskip("distributed")
 # Shapes big enough that one bench task takes a second or more under the interpreter, so a
 # worker can be killed while it runs one.
 SHAPES = (100_000, 110_000, 120_000, 130_000)
-MANIFEST = """\
-version: 1
-defaults:
-  targets: [sm90]
-  bench: {warmup_ms: 1, rep_ms: 1}
-kernels:
-  vector_add:
-    kernel: kernels.vector_add:add_kernel
-    launch: kernels.vector_add:add
-    inputs: kernels.vector_add:make_inputs
-    reference: kernels.vector_add:reference
-    key: [n]
+MANIFEST = vector_add_manifest("""\
     space:
       BLOCK_SIZE: [256, 512, 1024]
       num_warps: [4]
     shapes:
-""" + "".join(f"      - {{n: {n}}}\n" for n in SHAPES) + "    dtypes: [float16]\n"
+""" + "".join(f"      - {{n: {n}}}\n" for n in SHAPES) + "    dtypes: [float16]\n")
 
 H100 = LocalDevice("cuda", "h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", 2)
 A100 = LocalDevice("cuda", "a100-sxm", "NVIDIA A100-SXM4-80GB", "8.0", 1)

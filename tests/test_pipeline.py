@@ -12,20 +12,9 @@ from pathlib import Path
 
 import pytest
 import tunerun
-from tunerun import doit, doit_command, executed, make_project, subprocess_env
+from tunerun import doit, doit_command, executed, make_project, subprocess_env, vector_add_manifest
 
-MANIFEST = """\
-version: 1
-defaults:
-  targets: [sm80, sm90]
-  bench: {warmup_ms: 1, rep_ms: 1}
-kernels:
-  vector_add:
-    kernel: kernels.vector_add:add_kernel
-    launch: kernels.vector_add:add
-    inputs: kernels.vector_add:make_inputs
-    reference: kernels.vector_add:reference
-    key: [n]
+MANIFEST = vector_add_manifest("""\
     space:
       BLOCK_SIZE: [128, 384, 1024]
       num_warps: [4]
@@ -45,7 +34,7 @@ kernels:
     constraints: ["BLOCK_N == max(128, next_pow2(N))"]
     shapes:
       - {M: 4, N: 100}
-"""
+""", targets="[sm80, sm90]")
 
 
 @pytest.fixture(scope="module")

@@ -8,29 +8,18 @@ from pathlib import Path
 
 import pytest
 import tunerun
-from tunerun import doit, executed, make_project
+from tunerun import doit, executed, make_project, vector_add_manifest
 
 from aot_tune.cache import read_cache, read_record
 
-MANIFEST = """\
-version: 1
-defaults:
-  targets: [sm90]
-  bench: {warmup_ms: 1, rep_ms: 1}
-kernels:
-  vector_add:
-    kernel: kernels.vector_add:add_kernel
-    launch: kernels.vector_add:add
-    inputs: kernels.vector_add:make_inputs
-    reference: kernels.vector_add:reference
-    key: [n]
+MANIFEST = vector_add_manifest("""\
     space:
       BLOCK_SIZE: [128, 256, 512, 1024]
       num_warps: [1, 2, 4]
     shapes:
       - grid: {n: [1000, 2002, 4004, 8008, 16002]}
     search: {strategy: surrogate, budget: {configs: 4}}
-"""
+""")
 ANCHORS = {"4004", "1000"}  # the medoid, then the farthest (ties: the smaller)
 
 

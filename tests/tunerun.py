@@ -19,6 +19,25 @@ def make_project(root: Path, manifest: str) -> Path:
     return root
 
 
+def vector_add_manifest(entry: str, targets: str = "[sm90]") -> str:
+    """A manifest tuning kernels/vector_add.py with 1 ms of warm-up and of timing: its references
+    and key, then ``entry`` (space, shapes and the rest, indented under the kernel; more kernels
+    may follow it)."""
+    return f"""\
+version: 1
+defaults:
+  targets: {targets}
+  bench: {{warmup_ms: 1, rep_ms: 1}}
+kernels:
+  vector_add:
+    kernel: kernels.vector_add:add_kernel
+    launch: kernels.vector_add:add
+    inputs: kernels.vector_add:make_inputs
+    reference: kernels.vector_add:reference
+    key: [n]
+""" + entry
+
+
 def subprocess_env(*first_on_path: Path) -> dict[str, str]:
     """This environment with the given folders and the repo first on PYTHONPATH, and without the
     interpreter switch the test session sets (subprocesses compile and launch for real)."""
