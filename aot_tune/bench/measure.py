@@ -7,9 +7,12 @@ pass on the output its predecessor left in a reused buffer.
 
 Timing (CUDA), in three steps:
 
-1. Warm up with back-to-back launches in doubling batches until ``warmup_ms`` of GPU time has
-   run; the last batch gives the per-launch GPU time and the host time to issue one launch.
-   Short kernels finish their warm-up as graph replays (step 2), at full GPU speed.
+1. Probe with back-to-back launches in doubling batches until ``PROBE_MS`` of GPU time (or all
+   of ``warmup_ms``, if less) has run; the last batch gives the per-launch GPU time and the host
+   time to issue one launch. The rest of ``warmup_ms`` is enqueued right before the timed
+   launches, with no synchronization in between, so no batch overshoots the warm-up and the
+   GPU does not idle while the host waits for each batch. Short kernels finish their warm-up as
+   graph replays (step 2), at full GPU speed.
 2. Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
    host are timed as CUDA-graph replays of many launches, so host launch overhead cannot leak
    into the samples; the others get a pair of CUDA events around each launch. The run count is
@@ -59,6 +62,9 @@ MAX_SAMPLES = 10_000
 MAX_WARMUP_BATCH = 4096
 #: Launches after which a short or host-bound kernel stops its launch-by-launch warm-up.
 PROBE_LAUNCHES = 16
+#: GPU time of the synchronized warm-up probe that estimates a launch's time; the rest of the
+#: warm-up runs unsynchronized right before the timed launches.
+PROBE_MS = 0.5
 #: GPU time of launches right before the timed ones (other work may have run since the warm-up).
 REWARM_MS = 0.5
 INTERPRETER_MAX_RUNS = 3
@@ -235,11 +241,7 @@ def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_b
     began = time.perf_counter()
     try:
         run = workload.runner(request)
-        output = run(index)
-        if backend == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
+        output = run(index)  # check_result's one device synchronization also surfaces a fault of this launch
         ok, error, message = check_result(output, workload.expected(index), workload.tolerance)
         if not ok:
             return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
@@ -313,14 +315,15 @@ class ConfigTiming:
             return
         try:
             rewarming = time.perf_counter()
-            if self.method == "graph" and not self._graph_writes():
+            replay_ms = self._graph_writes() if self.method == "graph" else None
+            if self.method == "graph" and replay_ms is None:
                 self.method, self._graph = "events", None
             # The rest of the warm-up (graph replays run at full GPU speed), then at least
             # REWARM_MS, as the other config's work ran since this one's warm-up.
             rewarm_ms = max(REWARM_MS, self.settings.warmup_ms - self._warmed_ms)
             if self.method == "graph":
                 graph = self._graph
-                per_sample = max(_event_times(1, lambda _: graph.replay())[0], 1e-4)
+                per_sample = max(replay_ms, 1e-4)
                 for _ in range(_clamp(math.ceil(rewarm_ms / per_sample) - 1, 0, MAX_SAMPLES)):
                     graph.replay()
                 self.phases["rewarm"] = time.perf_counter() - rewarming
@@ -328,9 +331,11 @@ class ConfigTiming:
                 runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda _: graph.replay())
             else:
-                launch, sets, first = self._launch, self._rotation.sets, self._next_set
-                for i in range(_clamp(math.ceil(REWARM_MS / max(self._gpu_ms, 1e-4)), 1, 8)):
-                    launch((first + i) % sets)
+                launch, sets = self._launch, self._rotation.sets
+                rewarm = _clamp(math.ceil(rewarm_ms / max(self._gpu_ms, 1e-4)), 1, MAX_WARMUP_BATCH)
+                for i in range(rewarm):
+                    launch((self._next_set + i) % sets)
+                first = (self._next_set + rewarm) % sets  # the rotation goes on: the timed launches stay cold
                 self.phases["rewarm"] = time.perf_counter() - rewarming
                 began = time.perf_counter()
                 runs = _clamp(math.ceil(self.settings.rep_ms / max(self._gpu_ms, 1e-4)), MIN_SAMPLES, MAX_SAMPLES)
@@ -339,11 +344,12 @@ class ConfigTiming:
         except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
             self._failure = _runtime_error(self.request, exc)
 
-    def _graph_writes(self) -> bool:
-        """Whether replaying the graph writes the last captured launch's output: poison it, replay,
-        look (a capture that recorded nothing is retried once, synchronously)."""
-        if _replay_writes(self._graph, self._graph_output):
-            return True
+    def _graph_writes(self) -> float | None:
+        """GPU ms of one replay of the graph if it writes the last captured launch's output (poison
+        it, replay, look), else None; a capture that recorded nothing is retried once, synchronously."""
+        replay_ms = _replay_writes(self._graph, self._graph_output)
+        if replay_ms is not None:
+            return replay_ms
         self._graph, self._graph_output = _capture(self._launch, self._k, self._next_set, self._rotation.sets)
         return _replay_writes(self._graph, self._graph_output)
 
@@ -387,10 +393,11 @@ def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
 
 def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple[float, float, int, float]:
     """(GPU ms per launch, host ms to issue one launch, next input set, GPU ms warmed up), from
-    back-to-back launches in doubling batches until ``warmup_ms`` of GPU time has run. A kernel
-    that is clearly short or host-bound after ``PROBE_LAUNCHES`` stops early: it will be timed
-    as graph replays, which finish its warm-up at full GPU speed instead of one Python launch
-    per few microseconds of GPU time."""
+    back-to-back launches in doubling batches until ``PROBE_MS`` (at most ``warmup_ms``) of GPU
+    time has run: enough for a warm estimate; ``ConfigTiming.start`` enqueues the rest of the
+    warm-up. A kernel that is clearly short or host-bound after ``PROBE_LAUNCHES`` stops early:
+    it will be timed as graph replays, which finish its warm-up at full GPU speed instead of one
+    Python launch per few microseconds of GPU time."""
     import torch
 
     batch, spent, issued = 1, 0.0, 0
@@ -407,7 +414,8 @@ def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple
         gpu = start.elapsed_time(end)
         spent += gpu
         gpu_ms, host_ms = gpu / batch, host / batch
-        if spent >= warmup_ms or batch >= MAX_WARMUP_BATCH or (batch >= PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms)):
+        if spent >= min(warmup_ms, PROBE_MS) or batch >= MAX_WARMUP_BATCH or \
+                (batch >= PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms)):
             return gpu_ms, host_ms, issued % sets, spent
         batch *= 2
 
@@ -462,17 +470,20 @@ def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) ->
     return graph, last
 
 
-def _replay_writes(graph: Any, output: Any) -> bool:
-    """Whether replaying the graph writes the last captured launch's output: poison it, replay,
-    and look. (Outputs that are not floating-point tensors cannot be poisoned; trusted.)"""
+def _replay_writes(graph: Any, output: Any) -> float | None:
+    """GPU ms of one replay if replaying writes the last captured launch's output (poison the
+    output, replay twice, look), else None. The second replay is the one timed: the first may pay
+    the graph's upload. Outputs that are not floating-point tensors cannot be poisoned: trusted."""
     import torch
 
     poisoned = isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel() > 0
     if poisoned:
         output.fill_(float("nan"))
     graph.replay()
-    torch.cuda.synchronize()
-    return not poisoned or not bool(torch.isnan(output).all().item())
+    replay_ms = _event_times(1, lambda _: graph.replay())[0]  # one synchronization for both
+    if poisoned and bool(torch.isnan(output).all().item()):
+        return None
+    return replay_ms
 
 
 def _clamp(value: int, low: int, high: int) -> int:
