@@ -48,6 +48,7 @@ class Executors:
         self.compile_timeout_s = compile_timeout_s
         self._compile_pool: cf.ProcessPoolExecutor | None = None
         self._device_pool: DevicePool | None = None
+        self._closed_device_pool: DevicePool | None = None
         self._lock = threading.Lock()
 
     def _pool(self) -> cf.ProcessPoolExecutor:
@@ -105,10 +106,17 @@ class Executors:
                 self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir)
             return self._device_pool
 
+    @property
+    def used_devices(self):
+        """The local device pool this run started (still readable after ``close``: the run summary
+        reports its start-up), the cluster, or None; never starts anything."""
+        return self._cluster or self._device_pool or self._closed_device_pool
+
     def close(self) -> None:
         with self._lock:
             pool, self._compile_pool = self._compile_pool, None
             devices, self._device_pool = self._device_pool, None
+            self._closed_device_pool = devices or self._closed_device_pool
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if devices is not None:

@@ -397,7 +397,7 @@ class TuneSession:
         """The bench stage's wall time, and how much of it waited for device workers to start
         (torch and CUDA start-up: in a full run they start while the compiles run)."""
         first, last = self.spans["bench"]
-        pool = self.executors.devices
+        pool = self.executors.used_devices
         started, ready = getattr(pool, "started_at", None), getattr(pool, "ready_at", None)
         if ready is None:  # a cluster's workers were up before the run
             return f"bench stage: {last - first:.1f}s; timed kernel launches {self.seconds['measured']:.1f}s"
