@@ -62,6 +62,8 @@ MAX_SAMPLES = 10_000
 MAX_WARMUP_BATCH = 4096
 #: Launches after which a short or host-bound kernel stops its launch-by-launch warm-up.
 PROBE_LAUNCHES = 16
+#: Launches shorter than this may be host-bound: the probe decides on ``PROBE_LAUNCHES`` of them.
+HOST_BOUND_CHECK_MS = 0.1
 #: GPU time of the synchronized warm-up probe that estimates a launch's time; the rest of the
 #: warm-up runs unsynchronized right before the timed launches.
 PROBE_MS = 0.5
@@ -392,14 +394,16 @@ def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
 
 
 def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple[float, float, int, float]:
-    """(GPU ms per launch, host ms to issue one launch, next input set, GPU ms warmed up), from
-    back-to-back launches in doubling batches until ``PROBE_MS`` (at most ``warmup_ms``) of GPU
-    time has run: enough for a warm estimate; ``ConfigTiming.start`` enqueues the rest of the
-    warm-up. A kernel that is clearly short or host-bound after ``PROBE_LAUNCHES`` stops early:
-    it will be timed as graph replays, which finish its warm-up at full GPU speed instead of one
-    Python launch per few microseconds of GPU time."""
+    """(GPU ms per launch, host ms to issue one launch, next input set, GPU ms warmed up), from a
+    probe of back-to-back launches that runs until ``PROBE_MS`` (at most ``warmup_ms``) of GPU
+    time: enough for a warm estimate; ``ConfigTiming.start`` enqueues the rest of the warm-up.
+    One launch first; a kernel that short may be host-bound, so then ``PROBE_LAUNCHES`` launches
+    decide that (it will be timed as graph replays, which finish its warm-up at full GPU speed);
+    the last batch is sized from the estimate to end the probe. Each batch costs a device sync,
+    so a probe takes two or three instead of one per doubling."""
     import torch
 
+    target = min(warmup_ms, PROBE_MS)
     batch, spent, issued = 1, 0.0, 0
     while True:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -414,10 +418,12 @@ def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple
         gpu = start.elapsed_time(end)
         spent += gpu
         gpu_ms, host_ms = gpu / batch, host / batch
-        if spent >= min(warmup_ms, PROBE_MS) or batch >= MAX_WARMUP_BATCH or \
-                (batch >= PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms)):
+        if spent >= target or batch >= MAX_WARMUP_BATCH or (batch >= PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms)):
             return gpu_ms, host_ms, issued % sets, spent
-        batch *= 2
+        if batch < PROBE_LAUNCHES and gpu_ms < HOST_BOUND_CHECK_MS:
+            batch = PROBE_LAUNCHES
+        else:
+            batch = _clamp(math.ceil((target - spent) / max(gpu_ms, 1e-4)), 1, MAX_WARMUP_BATCH)
 
 
 def _graph_timed(gpu_ms: float, host_ms: float) -> bool:
