@@ -13,14 +13,21 @@ of the space within a per-shape budget:
 * ``surrogate``: an initial design (the neighbours' winners, then configs spread over the space,
   aot_tune.surrogate.maximin_design), then rounds of: fit the additive model to every
   measurement so far (the neighbours' at a lower weight), measure the ``BATCH`` untried configs
-  it predicts fastest (one of them one parameter away from the best so far).
+  it predicts fastest (one of them one parameter away from the best so far). Every such probe is
+  a short screening timing (``SCREEN_SHARE`` of rep_ms: the model needs a rough time, not a
+  tight one); once the budget is spent the ``FINALISTS`` fastest are timed in full, and the pick
+  is among those. The design, each round and the finalists are each measured as one batch
+  (pipelined on the device in the bench stage).
 
 Budgets. ``{configs: N}`` caps the distinct configs measured (short or full; a config that
 failed to compile costs nothing and does not count, except in ``random``, whose draw is fixed
 before compiling). ``{seconds: S}`` caps the wall time of the search, measurements and the
-strategy's own compute: no new measurement starts once S is spent (so a search ends at most
-one measurement past it; seconds budgets depend on the machine, configs budgets do not).
-Successive halving under a seconds budget ends its first rung at ``FIRST_RUNG_SHARE`` of it.
+strategy's own compute: no new measurement (or batch) starts once S is spent (so a search ends
+at most one measurement or batch past it; seconds budgets depend on the machine, configs budgets
+do not). Successive halving under a seconds budget ends its first rung at ``FIRST_RUNG_SHARE`` of
+it, and the surrogate its screening at ``SCREEN_SECONDS_SHARE`` (the rest is for its finalists).
+Re-timing a config measured before (a promotion, a finalist) does not count against a configs
+budget.
 
 Transfer. The bench tasks of a (kernel, dtype) form two waves (``transfer_plan``): anchor
 shapes, spread over the shapes by farthest-point sampling, search with no neighbours; every
@@ -51,8 +58,15 @@ from .tuning_schema import Measurement, TuningRecord
 
 #: Configs the surrogate measures before its first fit (neighbours' winners included).
 INITIAL_DESIGN = 8
-#: Configs measured between two fits of the surrogate.
+#: Configs measured between two fits of the surrogate, as one batch.
 BATCH = 4
+#: Share of rep_ms of the surrogate's screening timings (successive halving's first rung at eta 3,
+#: 3 rungs): on a GPU most of a full timing is its timed phase, so a probe costs about 40% of one.
+SCREEN_SHARE = 1 / 9
+#: Screened configs, fastest first, the surrogate times in full at the end; the pick is among them.
+FINALISTS = 3
+#: Share of a seconds budget the surrogate spends screening before it times its finalists.
+SCREEN_SECONDS_SHARE = 0.8
 #: Weight of a neighbour's observation in the surrogate, times exp(-log2 distance).
 SOURCE_WEIGHT = 0.5
 #: Winners of each neighbour tried first: the surrogate's design is small, a short rung is cheap.
@@ -67,6 +81,9 @@ NEIGHBOURS = 2
 
 #: (config, share of rep_ms) -> the measurement; the share is 1.0 for a full timing.
 Measure = Callable[[Config, float], Measurement]
+#: [(config, share of rep_ms), ...] -> their measurements in that order, measured as one batch
+#: (pipelined on the device: each measurement's seconds is its share of the batch's wall time).
+MeasureBatch = Callable[[Sequence[tuple[Config, float]]], list[Measurement]]
 
 
 def seeded_order(configs: Sequence[Config], seed: int) -> list[Config]:
@@ -144,9 +161,10 @@ class SearchRun:
     """One shape's search in progress: spends the budget and keeps each config's latest measurement."""
 
     def __init__(self, settings: SearchSettings, measure: Measure, invalid: Mapping[str, str],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, measure_batch: MeasureBatch | None = None) -> None:
         self.settings = settings
         self._measure = measure
+        self._measure_batch = measure_batch
         self._invalid = invalid
         self._clock = clock
         self._mark = clock()
@@ -181,6 +199,35 @@ class SearchRun:
         self.latest[config.id] = m
         return m
 
+    def measure_batch(self, configs: Sequence[Config], share: float = 1.0) -> bool:
+        """Measure ``configs`` with ``share`` of rep_ms as one batch: as many as the configs
+        budget allows, none once the seconds budget is spent. False when the budget cut it short."""
+        budget_seconds, budget_configs = self.settings.budget_seconds, self.settings.budget_configs
+        if budget_seconds is not None and self.seconds >= budget_seconds:
+            return False
+        allowed, new = [], set()
+        for config in dict.fromkeys(configs):
+            if config.id not in self.latest and config.id not in new:
+                if budget_configs is not None and self.configs_measured + len(new) >= budget_configs:
+                    break
+                new.add(config.id)
+            allowed.append(config)
+        for config in allowed:
+            if config.id in self._invalid:
+                self.latest[config.id] = invalid_measurement(config, self._invalid[config.id])
+        probes = [(config, share) for config in allowed if config.id not in self._invalid]
+        if probes:
+            self._charge_compute()
+            if self._measure_batch is not None:
+                measured = self._measure_batch(probes)
+            else:
+                measured = [self._measure(config, s) for config, s in probes]
+            self._mark = self._clock()
+            for (config, _), m in zip(probes, measured, strict=True):
+                self.measured_seconds += m.seconds
+                self.latest[config.id] = m
+        return len(allowed) == len(dict.fromkeys(configs))
+
     def _charge_compute(self) -> None:
         now = self._clock()
         self.compute_seconds += now - self._mark
@@ -196,12 +243,15 @@ def invalid_measurement(config: Config, reason: str) -> Measurement:
 
 def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: Mapping[str, str],
                measure: Measure, sources: Sequence[Source] = (),
-               clock: Callable[[], float] = time.perf_counter) -> SearchResult:
+               clock: Callable[[], float] = time.perf_counter,
+               measure_batch: MeasureBatch | None = None) -> SearchResult:
     """Search one shape's candidates with a budgeted strategy. ``invalid`` maps the ids of
-    candidates whose compile failed to the reason; ``sources`` are neighbouring shapes' results."""
+    candidates whose compile failed to the reason; ``sources`` are neighbouring shapes' results.
+    ``measure_batch``, if given, measures the configs a strategy chooses together (the
+    surrogate's batches) in one go; without it they are measured one by one with ``measure``."""
     if settings.exhaustive:
         raise ValueError("exhaustive is not a budgeted search; the bench stage measures every config")
-    run = SearchRun(settings, measure, invalid, clock)
+    run = SearchRun(settings, measure, invalid, clock, measure_batch)
     sources = sorted(sources, key=lambda s: (s.distance, s.shape)) if settings.strategy != "random" \
         and settings.transfer else []
     usable = [c for c in candidates if c.id not in invalid]
@@ -285,18 +335,26 @@ def _successive_halving(run: SearchRun, candidates: Sequence[Config], sources: S
 
 
 def _surrogate(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list) -> None:
+    _screen(run, candidates, sources, seeded)
+    _finalists(run, candidates)  # also when the budget ran out mid-way: the pick is among full timings
+
+
+def _screen(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list) -> None:
+    """The surrogate's screening: short timings of the design, then of the model's batches."""
     order = seeded_order(candidates, run.settings.seed)
     if not order:
         return
+    budget_seconds = run.settings.budget_seconds
+    stop = budget_seconds * SCREEN_SECONDS_SHARE if budget_seconds is not None else math.inf
     first = transfer_first(sources, candidates, TRANSFER_WINNERS["surrogate"], seeded)
-    for config in maximin_design(order, max(INITIAL_DESIGN, len(first)), first or order[:1]):
-        if run.measure(config) is None:
-            return
+    if not run.measure_batch(maximin_design(order, max(INITIAL_DESIGN, len(first)), first or order[:1]),
+                             SCREEN_SHARE):
+        return
     model = AdditiveModel(varying_params(candidates))
     prior = [(source.shape, config, math.log(t), SOURCE_WEIGHT * math.exp(-source.distance))
              for source in sources for config, t in source.times if t > 0]
     rank = {c.id: i for i, c in enumerate(order)}
-    while True:
+    while run.seconds < stop:
         untried = [c for c in order if c.id not in run.latest]
         if not untried:
             return
@@ -304,9 +362,17 @@ def _surrogate(run: SearchRun, candidates: Sequence[Config], sources: Sequence[S
                for config in candidates if config.id in run.latest and _ok(run.latest[config.id])]
         model.fit(prior + own)
         untried.sort(key=lambda c: (model.predict(c), rank[c.id]))
-        for config in _batch(untried, _incumbent(run, candidates)):
-            if run.measure(config) is None:
-                return
+        if not run.measure_batch(_batch(untried, _incumbent(run, candidates)), SCREEN_SHARE):
+            return
+
+
+def _finalists(run: SearchRun, candidates: Sequence[Config]) -> None:
+    """Time the ``FINALISTS`` fastest screened configs in full, as one batch."""
+    screened = [c for c in candidates if c.id in run.latest and _ok(run.latest[c.id])
+                and run.latest[c.id].short_rep_ms]
+    screened.sort(key=lambda c: (run.latest[c.id].median_ms, c.id))
+    if screened:
+        run.measure_batch(screened[:FINALISTS], 1.0)
 
 
 def _incumbent(run: SearchRun, candidates: Sequence[Config]) -> Config | None:

@@ -193,9 +193,11 @@ class TuneSession:
         return entries, fresh + measured
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None, device: LocalDevice):
-        """Run the unit's budgeted search. A probe the previous record under this fingerprint
-        already answers (same config, same timing length) is taken from it: after a change of
-        the candidates the search replays, and only its new probes reach the GPU."""
+        """Run the unit's budgeted search. The configs it chooses together (the surrogate's
+        batches) are measured as one pipelined batch, like the exhaustive path's. A probe the
+        previous record under this fingerprint already answers (same config, same timing length)
+        is taken from it: after a change of the candidates the search replays, and only its new
+        probes reach the GPU."""
         bench = kp.spec.bench
         invalid = self._invalid_configs(kp, unit, list(unit.probes))
         earlier = {(m.config.id, m.short_rep_ms): m for m in previous.measurements
@@ -203,20 +205,37 @@ class TuneSession:
         fresh: list[ConfigMeasurement] = []
         reused = 0
 
-        def measure(config: Config, share: float) -> Measurement:
+        def measure_batch(probes) -> list[Measurement]:
+            """The probes the previous record lacks as one pipelined batch on the device, its wall
+            time shared out as the exhaustive path shares it; the others taken from that record."""
             nonlocal reused
-            short_rep_ms = bench.rep_ms * share if share < 1 else 0.0
-            known = earlier.get((config.id, short_rep_ms))
-            if known is not None:
-                reused += 1
-                return known
-            settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
-            measured, seconds = self._measure_one(kp, unit, lease, config, settings, device)
-            fresh.append(measured)
-            return _measurement_proto(measured, config, seconds, short_rep_ms)
+            answers: dict[str, Measurement] = {}
+            requests, lengths = [], {}
+            for config, share in probes:
+                short_rep_ms = bench.rep_ms * share if share < 1 else 0.0
+                known = earlier.get((config.id, short_rep_ms))
+                if known is not None:
+                    reused += 1
+                    answers[config.id] = known
+                    continue
+                settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
+                requests.append(self._request(kp, unit, config, settings, device))
+                lengths[config.id] = (config, short_rep_ms)
+            if requests:
+                began = time.perf_counter()
+                measured = list(lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend]))
+                seconds = _share_out(time.perf_counter() - began, measured)
+                for m in measured:
+                    config, short_rep_ms = lengths[m.config_id]
+                    fresh.append(m)
+                    answers[m.config_id] = _measurement_proto(m, config, seconds[m.config_id], short_rep_ms)
+            return [answers[config.id] for config, _ in probes]
+
+        def measure(config: Config, share: float) -> Measurement:
+            return measure_batch([(config, share)])[0]
 
         sources = [search.source_from_record(r, unit.shape) for r in self._source_records(kp, unit)]
-        result = search.run_search(unit.search, unit.configs, invalid, measure, sources)
+        result = search.run_search(unit.search, unit.configs, invalid, measure, sources, measure_batch=measure_batch)
         return result.measurements, fresh, _search_proto(unit, result, reused)
 
     def _source_records(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
@@ -228,15 +247,6 @@ class TuneSession:
             if record is not None:
                 records.append(record)
         return records
-
-    def _measure_one(self, kp: KernelPlan, unit: BenchUnit, lease, config: Config, settings: BenchSettings,
-                     device: LocalDevice) -> tuple[ConfigMeasurement, float]:
-        """One config on the leased device (an adaptive search needs each result before the next
-        choice), and the wall seconds it took."""
-        began = time.perf_counter()
-        (measured,) = lease.measure_all([self._request(kp, unit, config, settings, device)],
-                                        BENCH_TIMEOUT_S[device.backend])
-        return measured, time.perf_counter() - began
 
     def _request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
                  device: LocalDevice) -> BenchRequest:

@@ -15,6 +15,7 @@ import pytest
 from tunerun import REPO, subprocess_env
 
 from aot_tune import cache as cache_io
+from aot_tune import search
 from aot_tune.manifest import SearchSettings
 from aot_tune.replay import exhaustive_seconds, replay_suite, short_measurement
 from aot_tune.select import choose
@@ -65,10 +66,15 @@ def test_a_short_probe_is_a_prefix_of_the_samples_priced_without_the_skipped_tim
 
 
 def test_a_budget_as_large_as_the_space_replays_the_exhaustive_picks():
+    screened = sum(short_measurement(m, search.SCREEN_SHARE, 20).seconds
+                   for r in SUITE for m in r.measurements if m.status == "ok")
+    expected = {"random": exhaustive_seconds(SUITE),  # every config in full
+                "surrogate": screened + search.FINALISTS * 0.026 * len(SUITE)}  # short, then finalists in full
     for strategy in ("random", "surrogate"):
         result = replay_suite(SUITE, SearchSettings(strategy, len(CONFIGS)))
         assert result.quality == 1.0 and result.worst == 1.0
-        assert result.seconds == pytest.approx(exhaustive_seconds(SUITE), rel=0.05)  # plus the strategy's compute
+        assert result.seconds == pytest.approx(expected[strategy], rel=0.05)  # plus the strategy's compute
+    assert expected["surrogate"] < 0.5 * expected["random"]
 
 
 def test_budgeted_replays_cost_their_probes_and_short_timings_cost_less():

@@ -11,6 +11,7 @@ import zlib
 
 import pytest
 
+from aot_tune import search
 from aot_tune.manifest import SearchSettings
 from aot_tune.search import (
     Source, covers, run_search, seeded_order, source_from_record, transfer_plan, up_front,
@@ -108,7 +109,7 @@ def test_a_configs_budget_caps_the_distinct_configs_measured(strategy):
     measured = {config_id for config_id, _ in bench.calls}
     assert len(measured) == result.configs_measured == 20
     assert len(result.measurements) == 20 and all(m.status == "ok" for m in result.measurements.values())
-    if strategy != "successive_halving":
+    if strategy == "random":
         assert all(share == 1.0 for _, share in bench.calls)
 
 
@@ -119,8 +120,12 @@ def test_a_seconds_budget_starts_no_measurement_once_spent(strategy):
     result = run_search(SearchSettings(strategy, None, 1.0), SPACE, {}, bench, clock=still_clock)
     spent = sum(0.1 * share for _, share in bench.calls)  # promoted configs were timed more than once
     assert result.seconds == pytest.approx(spent)
-    last = bench.calls[-1][1] * 0.1
-    assert 1.0 - 0.1 <= result.seconds - last < 1.0  # stopped right after crossing the budget
+    if strategy == "surrogate":  # screening stops at 80% of the budget, the last batch times finalists
+        finals = [s for _, s in bench.calls[-search.FINALISTS:]]
+        assert finals == [1.0] * search.FINALISTS and 0.8 <= result.seconds - 0.1 * search.FINALISTS < 1.0
+    else:
+        last = bench.calls[-1][1] * 0.1
+        assert 1.0 - 0.1 <= result.seconds - last < 1.0  # stopped right after crossing the budget
     assert choose(result.measurements.values()) is not None
 
 
@@ -130,7 +135,8 @@ def test_the_strategy_compute_counts_against_the_budget():
     result = run_search(SearchSettings("surrogate", None, 50.0), SPACE, {}, Bench(times, seconds=0.0),
                         clock=lambda: float(next(ticks)))
     assert result.compute_seconds > 0 and result.seconds == pytest.approx(result.compute_seconds)
-    assert result.seconds >= 50.0 and result.configs_measured < len(SPACE)
+    # screening ended on compute alone, at its share of the budget; then the finalists
+    assert result.seconds >= 50.0 * search.SCREEN_SECONDS_SHARE and result.configs_measured < len(SPACE)
 
 
 def test_random_measures_its_draw_and_a_drawn_config_that_failed_to_compile_counts():
@@ -205,6 +211,44 @@ def test_the_surrogate_finds_near_best_configs_where_random_does_not():
                                      clock=still_clock), times) for s in range(3)]
     assert max(surrogate) <= 1.02, surrogate
     assert sum(map(math.log, surrogate)) < sum(map(math.log, randoms)), (surrogate, randoms)
+
+
+def test_the_surrogate_screens_short_and_times_its_fastest_in_full_for_the_pick():
+    times = {c.id: landscape(c) for c in SPACE}
+    bench = Bench(times)
+    result = run_search(SearchSettings("surrogate", 24, seed=1), SPACE, {}, bench, clock=still_clock)
+    screened = [c for c, s in bench.calls if s == search.SCREEN_SHARE]
+    finals = [c for c, s in bench.calls if s == 1.0]
+    assert len(bench.calls) == 24 + search.FINALISTS and len(set(screened)) == 24 == result.configs_measured
+    assert bench.calls[-search.FINALISTS:] == [(c, 1.0) for c in finals]  # full timings come last
+    assert finals == sorted(screened, key=lambda c: (times[c], c))[:search.FINALISTS]
+    pick = choose(result.measurements.values())
+    assert not pick.short_rep_ms and pick.config.id == min(finals, key=times.get)
+    assert result.seconds == pytest.approx(0.01 * (24 * search.SCREEN_SHARE + search.FINALISTS))
+
+
+def test_the_surrogate_measures_its_design_rounds_and_finalists_as_batches():
+    times = {c.id: landscape(c) for c in SPACE}
+    batches = []
+
+    def measure_batch(probes):
+        batches.append([(c.id, share) for c, share in probes])
+        return [measurement(c, times[c.id], 0.01 * share, short_rep_ms=20 * share if share < 1 else 0.0)
+                for c, share in probes]
+
+    def one(config, share):
+        raise AssertionError("a batch of the surrogate was measured one by one")
+
+    result = run_search(SearchSettings("surrogate", 22, seed=3), SPACE, {}, one, clock=still_clock,
+                        measure_batch=measure_batch)
+    sizes = [len(b) for b in batches]
+    # the design, rounds of BATCH (the last one cut to the budget), then the finalists
+    assert sizes == [search.INITIAL_DESIGN, search.BATCH, search.BATCH, search.BATCH, 2, search.FINALISTS]
+    assert all(s == search.SCREEN_SHARE for b in batches[:-1] for _, s in b) and all(s == 1.0 for _, s in batches[-1])
+    bench = Bench(times)
+    same = run_search(SearchSettings("surrogate", 22, seed=3), SPACE, {}, bench, clock=still_clock)
+    assert [p for b in batches for p in b] == bench.calls  # batched or not, the same probes
+    assert choose(same.measurements.values()).config.id == choose(result.measurements.values()).config.id
 
 
 def test_failed_measurements_are_kept_and_never_modelled_or_picked():

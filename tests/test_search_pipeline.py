@@ -10,6 +10,7 @@ import pytest
 import tunerun
 from tunerun import doit, executed, make_project, vector_add_manifest
 
+from aot_tune import search
 from aot_tune.cache import read_cache, read_record
 
 MANIFEST = vector_add_manifest("""\
@@ -50,6 +51,8 @@ def test_anchor_shapes_are_searched_first_and_seed_the_others(project, first_run
         assert record.search.strategy == "surrogate" and record.search.budget_configs == 4
         assert record.search.configs_measured == 4 and record.search.candidate_count == 12
         assert sum(m.status == "ok" for m in record.measurements) == 4 and record.search.seconds > 0
+        full = [m for m in record.measurements if m.status == "ok" and not m.short_rep_ms]
+        assert len(full) == search.FINALISTS and record.best.id in {m.config.id for m in full}
         seeds = {str(s.shape[0]) for s in record.search.sources}
         assert seeds == (set() if n in ANCHORS else ANCHORS)
         if n not in ANCHORS:  # the nearest anchor's pick was tried first
@@ -77,7 +80,8 @@ def test_a_space_change_reruns_the_searches_and_measures_only_new_probes(project
         found = re.search(r"^bench: (\d+) config measurements", rerun.stderr, re.M)
         measured = int(found.group(1)) if found else 0
         reused = sum(r.search.reused for r in records(project).values())
-        assert measured + reused == 20 and reused > 0  # probes the earlier records answered cost nothing
+        probes = 5 * (4 + search.FINALISTS)  # 4 screened per shape, the finalists timed again in full
+        assert measured + reused == probes and reused > 0  # probes the earlier records answered cost nothing
         assert doit(project, "check").returncode == 0
         manifest.write_text(original.replace("configs: 4", "configs: 5"))
         settings = doit(project, "check")
