@@ -62,8 +62,6 @@ MAX_SAMPLES = 10_000
 MAX_WARMUP_BATCH = 4096
 #: Launches after which a short or host-bound kernel stops its launch-by-launch warm-up.
 PROBE_LAUNCHES = 16
-#: Launches shorter than this may be host-bound: the probe decides on ``PROBE_LAUNCHES`` of them.
-HOST_BOUND_CHECK_MS = 0.1
 #: GPU time of the synchronized warm-up probe that estimates a launch's time; the rest of the
 #: warm-up runs unsynchronized right before the timed launches.
 PROBE_MS = 0.5
@@ -397,9 +395,9 @@ def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple
     """(GPU ms per launch, host ms to issue one launch, next input set, GPU ms warmed up), from a
     probe of back-to-back launches that runs until ``PROBE_MS`` (at most ``warmup_ms``) of GPU
     time: enough for a warm estimate; ``ConfigTiming.start`` enqueues the rest of the warm-up.
-    One launch first; a kernel that short may be host-bound, so then ``PROBE_LAUNCHES`` launches
-    decide that (it will be timed as graph replays, which finish its warm-up at full GPU speed);
-    the last batch is sized from the estimate to end the probe. Each batch costs a device sync,
+    One launch first; if it looks short or host-bound, ``PROBE_LAUNCHES`` launches decide that
+    (it will be timed as graph replays, which finish its warm-up at full GPU speed); the last
+    batch is sized from the estimate to end the probe. Each batch costs a device sync,
     so a probe takes two or three instead of one per doubling."""
     import torch
 
@@ -420,8 +418,8 @@ def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple
         gpu_ms, host_ms = gpu / batch, host / batch
         if spent >= target or batch >= MAX_WARMUP_BATCH or (batch >= PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms)):
             return gpu_ms, host_ms, issued % sets, spent
-        if batch < PROBE_LAUNCHES and gpu_ms < HOST_BOUND_CHECK_MS:
-            batch = PROBE_LAUNCHES
+        if batch < PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms):
+            batch = PROBE_LAUNCHES  # (a first launch's host time is an upper bound: others are not host-bound)
         else:
             batch = _clamp(math.ceil((target - spent) / max(gpu_ms, 1e-4)), 1, MAX_WARMUP_BATCH)
 
