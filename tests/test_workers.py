@@ -171,3 +171,29 @@ def test_a_server_that_finds_another_aot_tune_is_not_used(tmp_path):
     assert "starting workers the slow way (spawn): a worker forked from the fork server finds aot_tune at " \
            f"{work / 'aot_tune' / '__init__.py'}" in proc.stderr
     assert proc.stdout.strip().endswith('{"forked": false, "torch_preloaded": false, "cache": "cache"}')
+
+
+@needs_forkserver
+def test_a_gpu_worker_whose_fork_server_loaded_the_cuda_driver_is_spawned_instead(tmp_path):
+    """Simulated with a stand-in library named libcuda.so.1 preloaded into every process: the
+    worker forked from the server finds it and does not touch CUDA; the pool spawns instead (and
+    that worker, with no GPU here, then fails to open its device)."""
+    libm = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                            "/lib64/libm.so.6", "/usr/lib64/libm.so.6") if os.path.exists(p))
+    fake = tmp_path / "libcuda.so.1"
+    fake.write_bytes(Path(libm).read_bytes())
+    code = """\
+        from aot_tune.bench.pool import DevicePool
+
+        if __name__ == "__main__":
+            pool = DevicePool("cuda", 1, "cache")
+            try:
+                pool.worker(0)
+            except RuntimeError as exc:
+                print("failed:", exc)
+            pool.close()
+        """
+    proc = run_python(code, tmp_path, LD_PRELOAD=str(fake))
+    assert proc.returncode == 0, proc.stderr
+    assert "spawning cuda device workers: libcuda.so was loaded in the fork server" in proc.stderr
+    assert "failed: cuda device worker 0 failed to start" in proc.stdout
