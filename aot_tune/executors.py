@@ -165,7 +165,9 @@ class Executors:
         with self._lock:
             self._closed = True
             pool, self._compile_pool = self._compile_pool, None
-            devices, self._device_pool = self._device_pool, None
+            # The closed device pool stays, so the run summary reads its start-up times (a new one
+            # would have none, and the summary would say the workers were up before the run).
+            devices = self._device_pool
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if devices is not None:
