@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tunerun import REPO, subprocess_env
+from tunerun import doit_command, make_project, subprocess_env, tune, vector_add_manifest
 
 from aot_tune import forking, triton_compat
 from aot_tune.compile import CompileRequest
@@ -197,3 +197,51 @@ def test_a_gpu_worker_whose_fork_server_loaded_the_cuda_driver_is_spawned_instea
     assert proc.returncode == 0, proc.stderr
     assert "spawning cuda device workers: libcuda.so was loaded in the fork server" in proc.stderr
     assert "failed: cuda device worker 0 failed to start" in proc.stdout
+
+
+# -- in a run --------------------------------------------------------------------------------------
+RUN_MANIFEST = vector_add_manifest("""\
+    space:
+      BLOCK_SIZE: [256, 512]
+      num_warps: [4]
+    shapes:
+      - {n: 4096}
+    dtypes: [float16]
+""")
+
+
+def test_two_runs_at_once_each_with_its_own_workers(tmp_path):
+    """Two cold `doit tune` in two trees at the same time: each process has its own fork server
+    and workers, compiling into its own tree's Triton cache; both finish, and the summary gives
+    the device workers' start-up (they started before the bench stage)."""
+    projects = [make_project(tmp_path / name, RUN_MANIFEST) for name in ("one", "two")]
+    procs = [subprocess.Popen(doit_command("tune", "--bench-backend", "interpreter"), cwd=p, env=subprocess_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in projects]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    for project, proc, (out, err) in zip(projects, procs, outputs):
+        assert proc.returncode == 0, out + err
+        assert "compile: 2 compiled, 2 valid" in err and "bench: 2 config measurements, 2 ok" in err
+        assert "after the device workers were up (start-up" in err
+        assert (project / "generated" / "vector_add.py").exists()
+        assert any((project / ".aot_tune" / "triton-cache").rglob("add_kernel.cubin"))
+
+
+def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(tmp_path, monkeypatch):
+    """After a run, a no-op run starts neither compile nor device workers, nor the fork server;
+    neither does `doit list` in a tree with everything stale (run in this process, counting)."""
+    done = make_project(tmp_path / "done", RUN_MANIFEST)
+    tune(done)
+    fresh = make_project(tmp_path / "fresh", RUN_MANIFEST)
+    (fresh / "pyproject.toml").write_text('[tool.doit]\nloader = "aot_tune"\n')  # for `doit list`
+    from doit.doit_cmd import DoitMain
+
+    from aot_tune.bench.pool import DevicePool
+
+    started = []
+    monkeypatch.setattr(forking, "start_server", lambda: started.append("server"))
+    monkeypatch.setattr(Executors, "start_compiles", lambda self: started.append("compiles"))
+    monkeypatch.setattr(DevicePool, "start", lambda self: started.append("devices"))
+    for project, args in ((done, ["tune", "--bench-backend", "interpreter"]), (fresh, ["list", "--all"])):
+        monkeypatch.chdir(project)
+        assert DoitMain().run(args) == 0
+    assert started == []
