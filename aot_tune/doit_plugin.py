@@ -111,6 +111,8 @@ class ManifestLoader(TaskLoader2):
         for stage in (compile, bench, merge, generate):
             task_list.extend(generate_tasks(stage.__name__, stage.tasks(self.session), stage.__doc__))
         assert rules.STAGES == ("compile", "bench", "merge", "generate")
+        if getattr(cmd, "execute_tasks", False):
+            self.session.start_workers()  # while doit prepares to run the tasks
         return task_list
 
     def _cluster(self):

@@ -1,9 +1,11 @@
 """Worker processes shared by all tasks of one run: a compile pool and the bench devices.
 
 doit runs our tasks on threads (``-P thread``); each task hands its work to a pool here and
-waits. Workers are spawned once and stay alive across tasks, so importing torch and triton
-(seconds) is paid once per worker, not once per compile. Nothing starts until a task needs it,
-so a run with nothing to do spawns nothing.
+waits. Workers start once and stay alive across tasks. Compile workers are forked from a fork
+server that imported torch and triton and did their one-time set-up once (aot_tune.forking), so
+each starts in milliseconds instead of importing for seconds; they are all started as soon as
+the run knows it will compile (``start_compiles``), while the server's imports may still be
+running. Nothing starts until the run knows it needs it, so a run with nothing to do starts nothing.
 
 The bench devices are the local device pool (``--executor local``), or the GPUs of a Dask
 cluster (``--executor dask``, aot_tune.cluster); both lease a device of a given model to one
@@ -12,11 +14,12 @@ bench task at a time. Compiles always run here.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing
 import os
+import sys
 import threading
 from pathlib import Path
 
+from . import forking
 from .bench.pool import DevicePool
 from .compile import CompileRequest, CompileResult, compile_config
 from .errors import TuneError
@@ -26,8 +29,17 @@ from .specialize import SpecializeRequest, SpecializeResult, capture
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
 
 
-def _warm_compile_worker(triton_cache_dir: str) -> None:
-    """Pool initializer: pay the imports up front, pin Triton's cache and env before any compile."""
+#: How this worker started (read by ``worker_state``): whether torch was already imported when
+#: the initializer ran, i.e. inherited from the fork server.
+_STARTED: dict = {}
+
+
+def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None = None) -> None:
+    """Pool initializer: take the pool's environment, pin Triton's cache and env before any
+    compile, and import what the fork server did not (everything, for a spawned worker)."""
+    _STARTED["torch_preloaded"] = "torch" in sys.modules
+    modules = len(sys.modules)
+    forking.adopt_environment(environ)
     os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
     os.environ.pop("TRITON_INTERPRET", None)
     from . import triton_compat
@@ -35,6 +47,26 @@ def _warm_compile_worker(triton_cache_dir: str) -> None:
     triton_compat.pin_environment()
     import torch  # noqa: F401
     import triton  # noqa: F401
+
+    _STARTED["modules_imported"] = len(sys.modules) - modules
+
+
+def _started() -> int:
+    """A no-op task: submitting one per worker starts them all at once."""
+    return os.getpid()
+
+
+def worker_state(hold_s: float = 0.0) -> dict:
+    """What a compile worker runs with (for tests and diagnostics), after ``hold_s`` seconds (so
+    that tasks submitted together land on different workers)."""
+    import time
+
+    time.sleep(hold_s)
+    preload = sys.modules.get(forking.PRELOAD_MODULE)  # inherited from the fork server, if forked from it
+    return {"pid": os.getpid(), "forked": forking.forked_from_server(), **_STARTED,
+            "preload": dict(preload.STATE) if preload is not None else {},
+            "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR"), "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET"),
+            "environ": dict(os.environ)}
 
 
 class Executors:
@@ -48,17 +80,40 @@ class Executors:
         self.compile_timeout_s = compile_timeout_s
         self._compile_pool: cf.ProcessPoolExecutor | None = None
         self._device_pool: DevicePool | None = None
-        self._closed_device_pool: DevicePool | None = None
+        self._compiles_started = False
+        self._closed = False
         self._lock = threading.Lock()
 
     def _pool(self) -> cf.ProcessPoolExecutor:
+        context = forking.context()  # the first call in a process waits for the fork server's first worker
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the compile pool is closed")
             if self._compile_pool is None:
                 self._compile_pool = cf.ProcessPoolExecutor(
-                    max_workers=self.compile_jobs, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_warm_compile_worker, initargs=(self.triton_cache_dir,),
+                    max_workers=self.compile_jobs, mp_context=context,
+                    initializer=_warm_compile_worker, initargs=(self.triton_cache_dir, forking.environment()),
                 )
             return self._compile_pool
+
+    def start_compiles(self) -> None:
+        """Start the compile workers now, all of them, in the background: the fork server begins
+        its imports at once, and every worker is up when the first compiles are submitted
+        (a pool starts one worker per submitted task otherwise). Idempotent."""
+        with self._lock:
+            if self._compiles_started:
+                return
+            self._compiles_started = True
+        forking.start_server()
+        threading.Thread(target=self._start_all_compile_workers, name="aot_tune-compile-start", daemon=True).start()
+
+    def _start_all_compile_workers(self) -> None:
+        try:
+            pool = self._pool()
+            for _ in range(self.compile_jobs):
+                pool.submit(_started)
+        except RuntimeError:  # closed, or broken meanwhile (the next compile renews it)
+            pass
 
     def _replace_pool(self, broken: cf.ProcessPoolExecutor) -> None:
         with self._lock:
@@ -106,17 +161,13 @@ class Executors:
                 self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir)
             return self._device_pool
 
-    @property
-    def used_devices(self):
-        """The local device pool this run started (still readable after ``close``: the run summary
-        reports its start-up), the cluster, or None; never starts anything."""
-        return self._cluster or self._device_pool or self._closed_device_pool
-
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             pool, self._compile_pool = self._compile_pool, None
-            devices, self._device_pool = self._device_pool, None
-            self._closed_device_pool = devices or self._closed_device_pool
+            # The closed device pool stays, so the run summary reads its start-up times (a new one
+            # would have none, and the summary would say the workers were up before the run).
+            devices = self._device_pool
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if devices is not None:

@@ -87,6 +87,7 @@ class TuneSession:
         if not requests:
             return
         start, began = time.perf_counter(), time.time()
+        self.executors.start_compiles()  # every compile worker, not only the ones these requests take
         with ThreadPoolExecutor(len(requests)) as threads:
             results = list(threads.map(lambda item: self.executors.specialize(item[1]), requests))
         for (kp, _), result in zip(requests, results):
@@ -100,6 +101,15 @@ class TuneSession:
         eprint(f"[specialize] {self.specialized['launches']} launches of "
                f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
                f"{time.perf_counter() - start:.1f}s (worker start-up included)")
+
+    def start_workers(self) -> None:
+        """Start the workers the stale tasks will need now, before doit runs the first of them:
+        compile workers if any compile is stale, device workers if any bench is (they start while
+        the compiles run)."""
+        if self.progress.get("compile") and self.progress["compile"].total:
+            self.executors.start_compiles()
+        if self.progress.get("bench") and self.progress["bench"].total:
+            self.executors.devices.start()
 
     # -- compile ---------------------------------------------------------------------------
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
@@ -407,7 +417,7 @@ class TuneSession:
         """The bench stage's wall time, and how much of it waited for device workers to start
         (torch and CUDA start-up: in a full run they start while the compiles run)."""
         first, last = self.spans["bench"]
-        pool = self.executors.used_devices
+        pool = self.executors.devices
         started, ready = getattr(pool, "started_at", None), getattr(pool, "ready_at", None)
         if ready is None:  # a cluster's workers were up before the run
             return f"bench stage: {last - first:.1f}s; timed kernel launches {self.seconds['measured']:.1f}s"

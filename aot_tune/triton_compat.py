@@ -552,12 +552,9 @@ _FIRST_LAUNCH_IMPORTS = (
 )
 
 
-def prepare_runtime() -> None:
-    """Do Triton's one-time set-up of its first launch now: the modules its specializer imports
-    and its driver (which loads its CUDA utilities; it creates no CUDA context). The driver is
-    created under ``_driver_lock``: ``driver.active`` assigns the driver it creates, which must
-    not land inside a ``target_driver`` block and replace its stand-in (a compile worker
-    imports decorated kernels, which start this on a thread, and then cross-compiles)."""
+def import_first_launch_modules() -> None:
+    """Import the modules Triton's specializer imports on the first launch in a process (no
+    driver, no CUDA: the fork server of the workers does this too)."""
     import importlib
 
     for name in _FIRST_LAUNCH_IMPORTS:
@@ -565,6 +562,15 @@ def prepare_runtime() -> None:
             importlib.import_module(name)
         except ImportError:  # another Triton version: the first launch imports what it needs
             pass
+
+
+def prepare_runtime() -> None:
+    """Do Triton's one-time set-up of its first launch now: the modules its specializer imports
+    and its driver (which loads its CUDA utilities; it creates no CUDA context). The driver is
+    created under ``_driver_lock``: ``driver.active`` assigns the driver it creates, which must
+    not land inside a ``target_driver`` block and replace its stand-in (a compile worker
+    imports decorated kernels, which start this on a thread, and then cross-compiles)."""
+    import_first_launch_modules()
     from triton.runtime import driver
 
     with _driver_lock:

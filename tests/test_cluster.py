@@ -109,7 +109,7 @@ def test_a_shipped_cache_entry_is_a_hit_in_another_cache_folder(tmp_path, compil
         again = fresh.compile(replace(request, root=str(elsewhere)), "c512")
     finally:
         fresh.close()
-    assert (again.status, again.cache_hits, again.cache_misses) == ("ok", 1, 0)
+    assert (again.status, again.cache_hits, again.cache_misses) == ("ok", 1, 0), again.message
     assert again.specializations == [kernel_hash]
 
 

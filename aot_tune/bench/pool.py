@@ -3,17 +3,27 @@
 Bench tasks run on threads of the tuning process; each leases a whole device for its shape, so
 shapes spread over the GPUs and no GPU ever runs two benchmarks at once. A worker that dies or
 hangs is killed and replaced; the config it was running is recorded as crashed or timed out.
+
+A GPU worker is forked from the fork server the compile workers come from (aot_tune.forking),
+which imported torch and triton once and never initialized CUDA: it initializes CUDA itself,
+after the fork, and starts in about the time CUDA takes instead of importing for seconds first.
+It checks first that nothing in the server loaded the CUDA driver; if something did, it says so
+and the pool spawns its workers instead. The interpreter's worker is always spawned: Triton
+decides when it is imported whether its own library functions are interpreted, and the server
+imported it for compiling.
 """
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+from .. import forking
 from .records import BenchRequest, ConfigMeasurement, DeviceInfo
 from .worker import worker_main
 
@@ -121,7 +131,8 @@ class DevicePool:
         self.started_at: float | None = None
         self.ready_at: float | None = None
         self._starting = device_count
-        self._context = multiprocessing.get_context("spawn")
+        # None: the fork server's context, chosen when the first worker starts (see the module doc).
+        self._context = multiprocessing.get_context("spawn") if backend != "cuda" else None
 
     @contextlib.contextmanager
     def lease(self, device=None) -> Iterator[DeviceLease]:
@@ -146,6 +157,8 @@ class DevicePool:
                 return
             self._warm_started = True
             self.started_at = time.time()
+        if self._context is None:
+            forking.start_server()
         for index in range(len(self._locks)):
             threading.Thread(target=self._warm, args=(index,), name=f"aot_tune-warm-{index}", daemon=True).start()
 
@@ -165,9 +178,10 @@ class DevicePool:
             return worker
 
     def _start(self, index: int) -> _Worker:
-        parent, child = self._context.Pipe()
-        process = self._context.Process(
-            target=worker_main, args=(child, self.backend, index, self.triton_cache_dir),
+        context = self._context or forking.context()
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=worker_main, args=(child, self.backend, index, self.triton_cache_dir, forking.environment()),
             name=f"aot_tune-{self.backend}-{index}", daemon=True,
         )
         process.start()
@@ -178,7 +192,20 @@ class DevicePool:
                 process.kill()
                 raise RuntimeError(f"{self.backend} device worker {index} failed to start "
                                    f"(exit code {process.exitcode})")
-        return _Worker(process, parent, parent.recv())
+        try:
+            info = parent.recv()
+        except EOFError:  # it died before it said it was up
+            process.join(5)
+            raise RuntimeError(f"{self.backend} device worker {index} failed to start "
+                               f"(exit code {process.exitcode})") from None
+        if isinstance(info, tuple) and info[0] == "spawn instead":  # forked, and CUDA was not safe to use
+            process.join(5)
+            if context.get_start_method() == "spawn":
+                raise RuntimeError(f"{self.backend} device worker {index} failed to start: {info[1]}")
+            print(f"aot_tune: spawning {self.backend} device workers: {info[1]}", file=sys.__stderr__, flush=True)
+            self._context = multiprocessing.get_context("spawn")
+            return self._start(index)
+        return _Worker(process, parent, info)
 
     def discard(self, index: int) -> None:
         with self._locks[index]:

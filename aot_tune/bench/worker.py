@@ -2,7 +2,8 @@
 
 It owns its device exclusively, so two benchmarks never share a GPU; if a config crashes the
 process (illegal address, abort) or hangs, the pool kills it and starts a new one, and only that
-config is lost. It imports torch and triton once and caches the inputs of the current shape.
+config is lost. It imports torch and triton once (a GPU worker is forked from the fork server,
+which has; see aot_tune.bench.pool) and caches the inputs of the current shape.
 """
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from multiprocessing.connection import Connection
 from .records import BenchRequest, ConfigMeasurement, DeviceInfo
 
 
-def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str) -> None:
-    """Process entry point: set the environment before torch/triton load, then serve batches.
+def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str,
+                environ: dict[str, str] | None = None) -> None:
+    """Process entry point: set the environment before torch/triton load (or, forked from the fork
+    server, before the lazy reads of the knobs: aot_tune.forkserver_preload), then serve batches.
 
     A batch is a list of requests for one (kernel, shape, dtype). The worker sends, in order:
     ``("phase", config_id, phase)`` before each step that may crash or hang (so the pool knows
@@ -23,11 +26,18 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     address, launch failure) the context is unusable: the worker says so and exits, and the pool
     gives the configs that have no result yet to a fresh one.
     """
+    from .. import forking, triton_compat
+
+    forking.adopt_environment(environ)
     os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
     if backend == "interpreter":
         os.environ["TRITON_INTERPRET"] = "1"
-    from .. import triton_compat
-
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)  # as the fork server imported triton
+    problem = forking.cuda_fork_problem() if backend == "cuda" and forking.forked_from_server() else None
+    if problem:  # before anything touches CUDA: the pool spawns a worker instead
+        conn.send(("spawn instead", problem))
+        return
     triton_compat.pin_environment()
     from .measure import Workload, context_usable, measure_configs
 

@@ -1,0 +1,247 @@
+"""How worker processes start: compile workers forked from a fork server that imported torch and
+triton once (aot_tune.forking, aot_tune.forkserver_preload), and what must still hold for them:
+the run's Triton cache and environment, recovery from a crash or a hang, the spawn fallback."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from tunerun import doit_command, make_project, subprocess_env, tune, vector_add_manifest
+
+from aot_tune import forking, triton_compat
+from aot_tune.compile import CompileRequest
+from aot_tune.executors import Executors, worker_state
+from aot_tune.hardware import INTERPRETER_DEVICE
+
+pytest.importorskip("triton")
+needs_forkserver = pytest.mark.skipif(not forking.available(), reason="no forkserver start method here")
+
+
+def states(executors: Executors, workers: int) -> list[dict]:
+    """The state of each of ``workers`` distinct workers (tasks held long enough to spread)."""
+    futures = [executors._pool().submit(worker_state, 1.0) for _ in range(workers)]
+    found = {s["pid"]: s for s in (f.result(timeout=120) for f in futures)}
+    assert len(found) == workers
+    return list(found.values())
+
+
+@needs_forkserver
+def test_compile_workers_are_forks_of_a_server_that_imported_torch_once(tmp_path, monkeypatch):
+    """No worker imports torch, triton or anything else of note: it inherits them. Each still
+    compiles into its own run's Triton cache, with the pinned environment and without the
+    interpreter switch this test process has; and it sees the environment its pool was created
+    with, as a spawned worker would (the server was started earlier, with another one)."""
+    monkeypatch.setenv("AOT_TUNE_TEST_MARK", "set after the server started")
+    first = Executors(INTERPRETER_DEVICE, tmp_path / "one", compile_jobs=2)
+    second = Executors(INTERPRETER_DEVICE, tmp_path / "two", compile_jobs=1)
+    try:
+        first.start_compiles()
+        begun = time.perf_counter()
+        found = states(first, 2)
+        up = time.perf_counter() - begun - 1.0  # less the tasks' own hold
+        other = states(second, 1)
+    finally:
+        first.close()
+        second.close()
+    assert os.environ["TRITON_INTERPRET"] == "1"  # this process: the interpreter (conftest)
+    for state, cache in [(s, tmp_path / "one") for s in found] + [(other[0], tmp_path / "two")]:
+        assert state["forked"] and state["torch_preloaded"], state
+        assert state["preload"]["preloaded"] and state["preload"]["threads"] == 1 and not state["preload"]["error"]
+        assert state["modules_imported"] < 20, state  # a spawned worker imports about 2000 modules
+        assert state["TRITON_CACHE_DIR"] == str(cache) and state["TRITON_INTERPRET"] is None
+        assert all(state["environ"].get(k) == v for k, v in triton_compat.PINNED_ENV.items())
+        assert state["environ"]["AOT_TUNE_TEST_MARK"] == "set after the server started"
+    assert up < 30  # generous: loaded CI machines; the point is above, nothing is imported
+
+
+@needs_forkserver
+def test_no_cuda_in_the_fork_server():
+    """A GPU device worker forked from the server initializes CUDA itself: the server must not
+    have loaded the CUDA driver or NVML, initialized torch's CUDA or created Triton's driver
+    (checked in a fork of it, on whatever machine runs the tests, a GPU host included)."""
+    executors = Executors(INTERPRETER_DEVICE, Path("/nonexistent-cache"), compile_jobs=1)
+    try:
+        problem = executors._pool().submit(forking.cuda_fork_problem).result(timeout=120)
+        (state,) = states(executors, 1)
+    finally:
+        executors.close()
+    assert problem is None and state["forked"]
+
+
+def crashing_project(root: Path) -> Path:
+    """A kernel whose launch function kills its process (BLOCK 1) or hangs (BLOCK 2) before launching."""
+    (root / "kernels").mkdir(parents=True)
+    (root / "kernels" / "__init__.py").write_text("")
+    (root / "kernels" / "crashy.py").write_text(textwrap.dedent("""\
+        import os, time
+        import torch, triton, triton.language as tl
+
+        @triton.jit
+        def copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+        def make_inputs(shape, dtype, device):
+            return torch.empty(shape["n"], dtype=dtype, device=device), torch.empty(shape["n"], dtype=dtype, device=device)
+
+        def launch(x, y, config):
+            if config["BLOCK"] == 1:
+                os._exit(3)
+            if config["BLOCK"] == 2:
+                time.sleep(600)
+            copy_kernel[(1,)](x, y, **config)
+            return y
+        """))
+    return root
+
+
+def crashy_request(root: Path, block: int) -> CompileRequest:
+    return CompileRequest(kernel="crashy", root=str(root), kernel_ref="kernels.crashy:copy_kernel",
+                          launch_ref="kernels.crashy:launch", inputs_ref="kernels.crashy:make_inputs",
+                          config={"BLOCK": block}, target="sm90", shapes=({"n": 64},), dtypes=("float16",))
+
+
+def test_a_crash_or_a_hang_renews_the_compile_pool(tmp_path):
+    """A worker that dies (twice: the config is retried once) is recorded as crashed, one that
+    hangs as timeout; each time the pool is replaced, and the next compile runs in a new worker."""
+    root = crashing_project(tmp_path / "project")
+    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2, compile_timeout_s=20)
+    try:
+        executors.start_compiles()
+        pool = executors._pool()
+        crashed = executors.compile(crashy_request(root, 1), "crash")
+        assert (crashed.status, crashed.message) == ("crashed", "the compiler process died")
+        assert executors._pool() is not pool
+        pool = executors._pool()
+        ok = executors.compile(crashy_request(root, 64), "ok")
+        assert ok.status == "ok" and len(ok.specializations) == 1, ok.message
+        hung = executors.compile(crashy_request(root, 2), "hang")
+        assert hung.status == "timeout" and executors._pool() is not pool
+        again = executors.compile(crashy_request(root, 64), "ok")
+        assert again.status == "ok" and again.cache_hits == 1  # same cache, new worker
+    finally:
+        executors.close()
+
+
+def run_python(code: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` as a script in a folder of its own (first on its path), in ``cwd``."""
+    script = cwd.parent / f"{cwd.name}-script" / "main.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(code))
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, env={**subprocess_env(), **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+CHECK_WORKERS = """\
+    if __name__ == "__main__":  # (a worker runs this file too, as its main module: it imports nothing)
+        import json
+        from pathlib import Path
+        from aot_tune.executors import Executors, worker_state
+        from aot_tune.hardware import INTERPRETER_DEVICE
+
+        executors = Executors(INTERPRETER_DEVICE, Path("cache"), compile_jobs=1)
+        state = executors._pool().submit(worker_state).result()
+        executors.close()
+        print(json.dumps({"forked": state["forked"], "torch_preloaded": state["torch_preloaded"],
+                          "cache": state["TRITON_CACHE_DIR"]}))
+    """
+
+
+def test_workers_are_spawned_when_switched_off(tmp_path):
+    proc = run_python(CHECK_WORKERS, tmp_path, AOT_TUNE_FORKSERVER="0")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith('{"forked": false, "torch_preloaded": false, "cache": "cache"}')
+
+
+@needs_forkserver
+def test_a_server_that_finds_another_aot_tune_is_not_used(tmp_path):
+    """The server imports from its own path, where the working folder comes first: here it holds
+    another aot_tune (as a second checkout would). A forked worker would run that code, so the
+    check sends the workers to spawn, and says why."""
+    work = tmp_path / "work"
+    (work / "aot_tune").mkdir(parents=True)
+    (work / "aot_tune" / "__init__.py").write_text("")
+    proc = run_python(CHECK_WORKERS, work)  # the script's folder, not the working one, is on its path
+    assert proc.returncode == 0, proc.stderr
+    assert "starting workers the slow way (spawn): a worker forked from the fork server finds aot_tune at " \
+           f"{work / 'aot_tune' / '__init__.py'}" in proc.stderr
+    assert proc.stdout.strip().endswith('{"forked": false, "torch_preloaded": false, "cache": "cache"}')
+
+
+@needs_forkserver
+def test_a_gpu_worker_whose_fork_server_loaded_the_cuda_driver_is_spawned_instead(tmp_path):
+    """Simulated with a stand-in library named libcuda.so.1 preloaded into every process: the
+    worker forked from the server finds it and does not touch CUDA; the pool spawns instead (and
+    that worker, with no GPU here, then fails to open its device)."""
+    libm = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                            "/lib64/libm.so.6", "/usr/lib64/libm.so.6") if os.path.exists(p))
+    fake = tmp_path / "libcuda.so.1"
+    fake.write_bytes(Path(libm).read_bytes())
+    code = """\
+        from aot_tune.bench.pool import DevicePool
+
+        if __name__ == "__main__":
+            pool = DevicePool("cuda", 1, "cache")
+            try:
+                pool.worker(0)
+            except RuntimeError as exc:
+                print("failed:", exc)
+            pool.close()
+        """
+    proc = run_python(code, tmp_path, LD_PRELOAD=str(fake))
+    assert proc.returncode == 0, proc.stderr
+    assert "spawning cuda device workers: libcuda.so was loaded in the fork server" in proc.stderr
+    assert "failed: cuda device worker 0 failed to start" in proc.stdout
+
+
+# -- in a run --------------------------------------------------------------------------------------
+RUN_MANIFEST = vector_add_manifest("""\
+    space:
+      BLOCK_SIZE: [256, 512]
+      num_warps: [4]
+    shapes:
+      - {n: 4096}
+    dtypes: [float16]
+""")
+
+
+def test_two_runs_at_once_each_with_its_own_workers(tmp_path):
+    """Two cold `doit tune` in two trees at the same time: each process has its own fork server
+    and workers, compiling into its own tree's Triton cache; both finish, and the summary gives
+    the device workers' start-up (they started before the bench stage)."""
+    projects = [make_project(tmp_path / name, RUN_MANIFEST) for name in ("one", "two")]
+    procs = [subprocess.Popen(doit_command("tune", "--bench-backend", "interpreter"), cwd=p, env=subprocess_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in projects]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    for project, proc, (out, err) in zip(projects, procs, outputs):
+        assert proc.returncode == 0, out + err
+        assert "compile: 2 compiled, 2 valid" in err and "bench: 2 config measurements, 2 ok" in err
+        assert "after the device workers were up (start-up" in err
+        assert (project / "generated" / "vector_add.py").exists()
+        assert any((project / ".aot_tune" / "triton-cache").rglob("add_kernel.cubin"))
+
+
+def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(tmp_path, monkeypatch):
+    """After a run, a no-op run starts neither compile nor device workers, nor the fork server;
+    neither does `doit list` in a tree with everything stale (run in this process, counting)."""
+    done = make_project(tmp_path / "done", RUN_MANIFEST)
+    tune(done)
+    fresh = make_project(tmp_path / "fresh", RUN_MANIFEST)
+    (fresh / "pyproject.toml").write_text('[tool.doit]\nloader = "aot_tune"\n')  # for `doit list`
+    from doit.doit_cmd import DoitMain
+
+    from aot_tune.bench.pool import DevicePool
+
+    started = []
+    monkeypatch.setattr(forking, "start_server", lambda: started.append("server"))
+    monkeypatch.setattr(Executors, "start_compiles", lambda self: started.append("compiles"))
+    monkeypatch.setattr(DevicePool, "start", lambda self: started.append("devices"))
+    for project, args in ((done, ["tune", "--bench-backend", "interpreter"]), (fresh, ["list", "--all"])):
+        monkeypatch.chdir(project)
+        assert DoitMain().run(args) == 0
+    assert started == []
