@@ -108,23 +108,37 @@ def _check_a_forked_worker() -> str:
     """Fork one worker and compare where it finds the checked modules; "" when they match."""
     ctx = multiprocessing.get_context("forkserver")
     parent, child = ctx.Pipe(duplex=False)
+    # The target is ``exec`` (a builtin), so nothing of aot_tune is unpickled before the check.
+    process = ctx.Process(target=exec, args=(_FIND + "conn.send(found)\n", {"conn": child, "names": CHECKED_MODULES}),
+                          name="aot_tune-forkserver-check", daemon=True)
+    # start() returns once the server has forked, i.e. after its imports: bounded on a thread, so
+    # that a server stuck importing sends the workers to spawn instead of stopping the run.
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            process.start()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    starter = threading.Thread(target=start, name="aot_tune-forkserver-check", daemon=True)
+    starter.start()
     try:
-        # The target is ``exec`` (a builtin), so nothing of aot_tune is unpickled before the check.
-        process = ctx.Process(target=exec, args=(_FIND + "conn.send(found)\n", {"conn": child, "names": CHECKED_MODULES}),
-                              name="aot_tune-forkserver-check", daemon=True)
-        process.start()
+        starter.join(SERVER_TIMEOUT_S)
+        if starter.is_alive():
+            return f"the fork server gave no worker within {SERVER_TIMEOUT_S:.0f} s"
+        if failed:
+            return f"the fork server failed ({type(failed[0]).__name__}: {failed[0]})"
         child.close()
         if not parent.poll(SERVER_TIMEOUT_S):
             process.kill()
-            return f"the fork server gave no worker within {SERVER_TIMEOUT_S:.0f} s"
+            return f"a worker forked from the fork server did not answer within {SERVER_TIMEOUT_S:.0f} s"
         try:
             found = parent.recv()
         except EOFError:  # it died first: e.g. on importing the main script, with the server's modules
             process.join(5)
             return f"a worker forked from the fork server died at its start (exit code {process.exitcode})"
         process.join(5)
-    except (OSError, ValueError) as exc:
-        return f"the fork server failed ({type(exc).__name__}: {exc})"
     finally:
         parent.close()
     here = {"names": CHECKED_MODULES}
@@ -141,7 +155,7 @@ def _parent_path() -> list[str]:
     """``sys.path`` as a child resolves it (multiprocessing.spawn does the same with '')."""
     from multiprocessing import process
 
-    return [process.ORIGINAL_DIR or os.getcwd() if entry == "" else entry for entry in sys.path]
+    return [(process.ORIGINAL_DIR or os.getcwd()) if entry == "" else entry for entry in sys.path]
 
 
 def environment() -> dict[str, str]:

@@ -52,7 +52,7 @@ def test_compile_workers_are_forks_of_a_server_that_imported_torch_once(tmp_path
     for state, cache in [(s, tmp_path / "one") for s in found] + [(other[0], tmp_path / "two")]:
         assert state["forked"] and state["torch_preloaded"], state
         assert state["preload"]["preloaded"] and state["preload"]["threads"] == 1 and not state["preload"]["error"]
-        assert state["modules_imported"] < 20, state  # a spawned worker imports about 2000 modules
+        assert state["modules_imported"] < 20, state  # a spawned worker imports about 1000 here
         assert state["TRITON_CACHE_DIR"] == str(cache) and state["TRITON_INTERPRET"] is None
         assert all(state["environ"].get(k) == v for k, v in triton_compat.PINNED_ENV.items())
         assert state["environ"]["AOT_TUNE_TEST_MARK"] == "set after the server started"
@@ -243,5 +243,6 @@ def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(tmp_path, monkey
     monkeypatch.setattr(DevicePool, "start", lambda self: started.append("devices"))
     for project, args in ((done, ["tune", "--bench-backend", "interpreter"]), (fresh, ["list", "--all"])):
         monkeypatch.chdir(project)
-        assert DoitMain().run(args) == 0
+        database = str(project / ".aot_tune" / "doit.db")  # absolute: doit closes it from the original folder
+        assert DoitMain().run([args[0], "--db-file", database, *args[1:]]) == 0
     assert started == []
