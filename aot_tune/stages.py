@@ -193,9 +193,7 @@ class TuneSession:
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
         fresh = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
         requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in to_measure if c.id not in invalid]
-        began = time.perf_counter()
-        measured = list(lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend]))
-        seconds = _share_out(time.perf_counter() - began, measured)
+        measured, seconds = _measure_batch(lease, requests, device)
         for m in fresh:
             entries[m.config_id] = _measurement_proto(m, planned[m.config_id])
         for m in measured:
@@ -232,9 +230,7 @@ class TuneSession:
                 requests.append(self._request(kp, unit, config, settings, device))
                 lengths[config.id] = (config, short_rep_ms)
             if requests:
-                began = time.perf_counter()
-                measured = list(lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend]))
-                seconds = _share_out(time.perf_counter() - began, measured)
+                measured, seconds = _measure_batch(lease, requests, device)
                 for m in measured:
                     config, short_rep_ms = lengths[m.config_id]
                     fresh.append(m)
@@ -447,6 +443,15 @@ def _measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.
     if m.method:
         _clocks_to_proto(m.clocks_start, m.clocks_end, entry.clocks)
     return entry
+
+
+def _measure_batch(lease, requests: list[BenchRequest], device: LocalDevice
+                   ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
+    """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
+    each one's share of the batch's wall seconds."""
+    began = time.perf_counter()
+    measured = list(lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend]))
+    return measured, _share_out(time.perf_counter() - began, measured)
 
 
 def _share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, float]:

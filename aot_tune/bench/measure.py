@@ -7,9 +7,10 @@ pass on the output its predecessor left in a reused buffer.
 
 Timing (CUDA), in three steps:
 
-1. Probe with back-to-back launches in doubling batches until ``PROBE_MS`` of GPU time (or all
-   of ``warmup_ms``, if less) has run; the last batch gives the per-launch GPU time and the host
-   time to issue one launch. The rest of ``warmup_ms`` is enqueued right before the timed
+1. Probe with back-to-back launches (one, then sixteen if it may be host-bound, then a batch
+   sized to end the probe) until ``PROBE_MS`` of GPU time (or all of ``warmup_ms``, if less)
+   has run; the last batch gives the per-launch GPU time and the host time to issue one launch.
+   The rest of ``warmup_ms`` is enqueued right before the timed
    launches, with no synchronization in between, so no batch overshoots the warm-up and the
    GPU does not idle while the host waits for each batch. Short kernels finish their warm-up as
    graph replays (step 2), at full GPU speed.
