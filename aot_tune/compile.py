@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from . import triton_compat
 from .loading import load_kernel_module_attrs
 from .runtime import launch_with_config
+from .space import Constraint
+
+T = TypeVar("T")
 
 #: Failure reasons a compile can record; the bench stage never measures such a config.
 INVALID_REASONS = (
@@ -22,15 +27,32 @@ INVALID_REASONS = (
 )
 
 
-def cost_estimate(params: dict) -> float:
-    """A rough relative compile cost, to start the slowest compiles first (longest-first keeps a
-    pool's tail short). Big tiles, deep pipelines and few warps compile slowest; only the order
-    of compiles depends on this, never a result."""
-    cost = 1.0
+def cost_estimate(params: dict, declared: Constraint | None = None) -> tuple[float, float]:
+    """A relative compile cost, to start the slowest compiles first (longest-first keeps a pool's
+    tail short): the kernel's declared ``compile_cost`` expression, then the product of the
+    integer params over ``num_warps`` (big tiles, deep pipelines and few warps compile slowest)
+    for ties and for kernels that declare none. Only the order of compiles depends on this."""
+    generic = 1.0
     for name, value in params.items():
         if isinstance(value, int) and not isinstance(value, bool) and name not in ("num_warps", "num_ctas", "maxnreg"):
-            cost *= max(value, 1)
-    return cost / max(params.get("num_warps", 4), 1)
+            generic *= max(value, 1)
+    generic /= max(params.get("num_warps", 4), 1)
+    return (float(declared.evaluate(params)) if declared is not None else generic), generic
+
+
+def longest_first(items: Sequence[T], estimate: Callable[[T], tuple[float, float]],
+                  recorded: Callable[[T], float | None]) -> list[T]:
+    """``items`` in decreasing expected compile time. A unit compiled before (under an older
+    kernel or toolchain, say) is expected to take its recorded seconds; the others their
+    estimate, put in seconds by the median seconds-per-estimate of the units that have both,
+    so the two kinds interleave where they belong. Ties keep the input order."""
+    estimates = [estimate(item) for item in items]
+    seconds = [recorded(item) for item in items]
+    ratios = sorted(s / e[0] for s, e in zip(seconds, estimates) if s is not None and e[0] > 0)
+    scale = ratios[len(ratios) // 2] if ratios else 1.0
+    keys = [(s, 0.0) if s is not None else (e[0] * scale, e[1]) for s, e in zip(seconds, estimates)]
+    order = sorted(range(len(items)), key=lambda i: (-keys[i][0], -keys[i][1], i))
+    return [items[i] for i in order]
 
 
 @dataclass(frozen=True)

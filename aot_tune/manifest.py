@@ -45,6 +45,7 @@ Reference schema
                                      # over the key dims (for params whose values are numbers)
         vendor: kernels.gemm:vendor  # optional: the vendor implementation, reference's signature
         cost: {flops: "2*M*N*K", bytes: "(M*K + K*N + M*N) * dtype_bytes"}   # optional
+        compile_cost: "BLOCK_M * BLOCK_N / num_warps"   # optional: orders the compile queue
         dtypes: [float16, bfloat16]  # optional override
         bench: {rep_ms: 50}          # optional, merged over defaults key by key
         targets: [sm90]              # optional override
@@ -83,6 +84,11 @@ Rules
   ``reference``, and timed as the vendor baseline (so not the fp32 reference itself).
 * ``cost``: ``flops`` and/or ``bytes``, numbers or expressions over the key dims and
   ``dtype_bytes`` (2 for float16/bfloat16, 4 for float32); non-negative for every shape.
+* ``compile_cost``: an expression over the space's params (the constraint language, no key
+  dims): a config's relative compile time, non-negative for every config. It only orders the
+  compile queue, slowest first, so the longest compiles do not start last; ties fall back to
+  the default estimate (the product of the integer params over ``num_warps``). Once a config
+  has been compiled, its recorded compile time orders it instead.
 * ``search``: ``strategy`` is ``exhaustive`` (the default: every config is measured),
   ``random``, ``successive_halving`` or ``surrogate``; the others need a per-shape ``budget``
   of ``{configs: N}`` or ``{seconds: S}``, and take ``seed`` (int >= 0, default 0);
@@ -201,6 +207,7 @@ class KernelSpec:
     default_config: DefaultConfig | None = None  # what the kernel runs untuned: a baseline
     vendor: str | None = None  # the vendor implementation (module:attr, reference's signature): a baseline
     cost: Cost | None = None  # FLOPs and bytes of a shape, for rates and floors in reports
+    compile_cost: Constraint | None = None  # a config's relative compile time: orders the compile queue
     search: SearchSettings = SearchSettings()
 
     def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
@@ -752,7 +759,7 @@ def _template(ctx: _Ctx, value: Any, key: str, line: int, what: str) -> str:
 _KERNEL_KEYS = (
     "kernel", "launch", "inputs", "reference", "key", "space", "constraints",
     "shapes", "interpreter_shapes", "dtypes", "bench", "search", "targets", "cache", "generated",
-    "default_config", "vendor", "cost",
+    "default_config", "vendor", "cost", "compile_cost",
 )  # fmt: skip
 _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "reference", "key", "space", "shapes")
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -790,11 +797,12 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: _Defaults) -> KernelSpec:
     default = _default_config(ctx, m, key, space, dims, every_shape) if "default_config" in m else None
     vendor = _module_attr(ctx, m["vendor"], f"{key}.vendor", m.value_lines["vendor"]) if "vendor" in m else None
     cost = _cost(ctx, m, key, dims, every_shape, s.dtypes) if "cost" in m else None
+    compile_cost = _compile_cost(ctx, m, key, space) if "compile_cost" in m else None
     return KernelSpec(
         name=name, **refs, key=dims, space=space, shapes=shapes, interpreter_shapes=interp,
         dtypes=s.dtypes, bench=s.bench, targets=s.targets,
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
-        default_config=default, vendor=vendor, cost=cost, search=s.search,
+        default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
     )  # fmt: skip
 
 
@@ -1043,6 +1051,24 @@ def _cost(
                     ctx.fail(vline, sub, f"{v!r} gives {_describe(result)} for {env}",
                              "make it a non-negative number of " + name)
     return Cost(**parts)
+
+
+def _compile_cost(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace) -> Constraint:
+    """Over the params only (a compile serves every shape of its specialization); evaluated for
+    every config here, so a bad one fails at load and not while the compile queue is ordered."""
+    ckey, line, v = f"{key}.compile_cost", m.value_lines["compile_cost"], m["compile_cost"]
+    if _is_number(v):
+        v = repr(v)
+    if not isinstance(v, str):
+        ctx.fail(line, ckey, f"expected an expression string, got {_describe(v)}",
+                 'write e.g. compile_cost: "BLOCK_M * BLOCK_N / num_warps"')
+    expression = _expression(ctx, v, tuple(dict(space.params)), ckey, line)
+    for config in space.configs():
+        result = _evaluate(ctx, expression, config.as_dict(), ckey, line)
+        if not _is_number(result) or result < 0:
+            ctx.fail(line, ckey, f"{v!r} gives {_describe(result)} for {config.as_dict()}",
+                     "make it a non-negative number (a relative compile time)")
+    return expression
 
 
 # --------------------------------------------------------------------------- #

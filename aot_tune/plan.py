@@ -416,6 +416,16 @@ def read_compile_result(unit: CompileUnit) -> CompileResult | None:
     return CompileResult(**{k: v for k, v in data.items() if k in fields})
 
 
+def recorded_compile_seconds(unit: CompileUnit) -> float | None:
+    """How long this unit's last compile took, under any fingerprint (an edited kernel or a new
+    toolchain changes a compile's time far less than its config does); None if never compiled."""
+    try:
+        seconds = json.loads(unit.output.read_text()).get("seconds")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else None
+
+
 def _read_record(path: Path) -> TuningRecord | None:
     try:
         return cache_io.read_record(path)

@@ -3,14 +3,18 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from aot_tune.compile import cost_estimate
+from aot_tune.compile import cost_estimate, longest_first
+from aot_tune.plan import recorded_compile_seconds
 
 
 def tasks(session) -> Iterator[dict]:
     staleness = session.staleness
     units = [(kp, u) for kp in session.plan.kernels for u in kp.compile_units]
-    units.sort(key=lambda item: -cost_estimate(item[1].config.as_dict()))  # doit dispatches in this order
-    session.start_stage("compile", sum(staleness.compile_needed(kp, u) for kp, u in units))
+    stale = {u.name for kp, u in units if staleness.compile_needed(kp, u)}
+    units = longest_first(  # doit dispatches in this order; only the stale units' order matters
+        units, lambda item: cost_estimate(item[1].config.as_dict(), item[0].spec.compile_cost),
+        lambda item: recorded_compile_seconds(item[1]) if item[1].name in stale else None)
+    session.start_stage("compile", len(stale))
     yield {"basename": "compile", "name": None,
            "doc": "AOT-compile every candidate config per specialization and GPU target (all CPU cores)"}
     for kp, unit in units:

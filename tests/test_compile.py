@@ -6,7 +6,8 @@ import pytest
 from tunerun import REPO
 
 from aot_tune import triton_compat
-from aot_tune.compile import CompileRequest, CompileResult, cost_estimate
+from aot_tune.compile import CompileRequest, CompileResult, cost_estimate, longest_first
+from aot_tune.space import parse_constraint
 
 pytest.importorskip("triton")
 
@@ -77,6 +78,28 @@ def test_an_unknown_parameter_is_a_launch_error_naming_it(compile_config):
 def test_cost_estimate_orders_big_tiles_first():
     big = {**SMALL, "BLOCK_M": 256, "BLOCK_N": 256, "num_warps": 2}
     assert cost_estimate(big) > cost_estimate(SMALL)
+
+
+def test_a_declared_compile_cost_ranks_before_the_generic_estimate():
+    """The seed paper's space on sm90: a 256x256 tile on 2 warps with BLOCK_K 32 compiles for
+    about 150 s, one with BLOCK_K 256 and a 128x256 tile for about 23 s; the generic product
+    ranks the second first, the accumulator per warp the first."""
+    declared = parse_constraint("BLOCK_M * BLOCK_N / num_warps", ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"))
+    slow = {**SMALL, "BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 32, "num_warps": 2}
+    fast = {**SMALL, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 256, "num_warps": 2}
+    assert cost_estimate(fast)[0] > cost_estimate(slow)[0]
+    assert cost_estimate(slow, declared) > cost_estimate(fast, declared)
+    same_tile = {**slow, "BLOCK_K": 64}  # a tie in the declared cost falls back to the generic one
+    assert cost_estimate(same_tile, declared) > cost_estimate(slow, declared)
+
+
+def test_longest_first_puts_recorded_seconds_among_scaled_estimates():
+    estimates = {"a": 10.0, "b": 20.0, "c": 40.0, "d": 30.0, "e": 5.0}
+    recorded = {"a": 1.0, "b": 2.0, "e": 9.0}  # 0.1 s per unit of estimate; e took far longer than estimated
+    order = longest_first(list(estimates), lambda k: (estimates[k], 0.0), recorded.get)
+    assert order == ["e", "c", "d", "b", "a"]  # c and d: 4.0 and 3.0 s expected
+    assert longest_first(list(estimates), lambda k: (estimates[k], 0.0), lambda k: None) == ["c", "d", "b", "a", "e"]
+    assert longest_first(["x", "y"], lambda k: (1.0, 0.0), lambda k: None) == ["x", "y"]  # ties keep the input order
 
 
 def vector_add_request(config: dict) -> CompileRequest:

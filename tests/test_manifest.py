@@ -585,6 +585,35 @@ def test_empty_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert err.key == "kernels.softmax.cost" and "no cost given" in str(err)
 
 
+COMPILE_COST = edit("""    shapes:
+      - {ROWS: 4, COLS: 128}
+""", """    shapes:
+      - {ROWS: 4, COLS: 128}
+    compile_cost: "BLOCK / num_warps"
+""")
+
+
+def test_compile_cost_is_evaluated_over_params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    softmax = load(tmp_path, monkeypatch, COMPILE_COST).kernel("softmax")
+    assert softmax.compile_cost.evaluate({"BLOCK": 256, "num_warps": 4}) == 64
+    assert load(tmp_path, monkeypatch, BASE).kernel("gemm").compile_cost is None
+
+
+@pytest.mark.parametrize("new,needle", [
+    ('compile_cost: "BLOCK / ROWS"', "unknown name 'ROWS'"),            # a key dim: compiles serve many shapes
+    ('compile_cost: "BLOCK - 200"', "non-negative"),                    # negative for BLOCK 128
+    ('compile_cost: "BLOCK > 128"', "non-negative number"),             # a bool
+    ('compile_cost: "BLOCK // (num_warps - 4)"', "ZeroDivisionError"),
+    ("compile_cost: [BLOCK]", "expected an expression string"),
+])
+def test_compile_cost_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new, needle) -> None:
+    text = edit('compile_cost: "BLOCK / num_warps"', new, COMPILE_COST)
+    err = fail(tmp_path, monkeypatch, text)
+    assert err.key == "kernels.softmax.compile_cost", str(err)
+    assert needle in str(err), str(err)
+    assert "compile_cost" in text.splitlines()[err.line - 1], str(err)
+
+
 # --------------------------------------------------------------------------- search strategies
 
 

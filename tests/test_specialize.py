@@ -122,3 +122,29 @@ def test_a_launch_that_fails_is_captured_as_unbound_and_compiled_to_a_typed_erro
     session.compile(kp, kp.compile_units[0])
     result = json.loads(kp.compile_units[0].output.read_text())
     assert result["status"] == "launch_error" and "BLOCK_Q" in result["message"]
+
+
+def test_the_compile_queue_starts_with_what_took_longest_last_time(specialized):
+    """After an edit to the kernel every config compiles again; the one whose last compile took
+    longest goes first, whatever its estimate (here the generic one ranks BLOCK_K 64 first)."""
+    from aot_tune.rules import compile as compile_rule
+
+    _, session, kp = specialized
+    saved = {u.output: u.output.read_text() if u.output.exists() else None for u in kp.compile_units}
+
+    def queue() -> list[str]:
+        return [t["name"] for t in compile_rule.tasks(session) if t.get("name")]
+
+    try:
+        for unit in kp.compile_units:
+            unit.output.unlink(missing_ok=True)
+        by_name = {u.name.partition(":")[2]: u for u in kp.compile_units}
+        assert by_name[queue()[0]].config.as_dict()["BLOCK_K"] == 64
+        slow = next(u for u in kp.compile_units if u.config.as_dict()["BLOCK_K"] == 32)
+        for unit in kp.compile_units:
+            unit.output.parent.mkdir(parents=True, exist_ok=True)
+            unit.output.write_text(json.dumps({"fingerprint": "an older kernel", "seconds": 9.0 if unit is slow else 1.0}))
+        assert queue()[0] == slow.name.partition(":")[2]
+    finally:
+        for path, text in saved.items():
+            path.unlink(missing_ok=True) if text is None else path.write_text(text)

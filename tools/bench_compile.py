@@ -43,7 +43,8 @@ os.environ["TRITON_CACHE_DIR"] = SEQUENTIAL_CACHE  # before triton is imported, 
 os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, str(ROOT))
 
-from aot_tune.compile import CompileRequest, CompileResult, compile_config, cost_estimate  # noqa: E402
+from aot_tune.compile import CompileRequest, CompileResult, compile_config, cost_estimate, longest_first  # noqa: E402
+from aot_tune.manifest import load_manifest  # noqa: E402
 from aot_tune.space import Config, ConfigSpace  # noqa: E402
 
 PAPER_SPACE = ConfigSpace(params=(
@@ -73,18 +74,24 @@ def sequential(configs: list[Config], target: str, shape: dict) -> tuple[float, 
     return time.perf_counter() - start, results
 
 
+def by_cost(configs: list[Config]) -> list[Config]:
+    """Slowest first, by tuning.yaml's ``compile_cost`` for gemm, as the compile rule orders them."""
+    declared = load_manifest(ROOT / "tuning.yaml").kernel("gemm").compile_cost
+    return longest_first(sorted(configs), lambda c: cost_estimate(c.as_dict(), declared), lambda c: None)
+
+
 def fanout(configs: list[Config], target: str, shape: dict, jobs: int) -> tuple[float, list[CompileResult]]:
     from aot_tune.executors import Executors
     from aot_tune.hardware import INTERPRETER_DEVICE
 
     cache = Path(tempfile.mkdtemp(prefix="aot_tune-fan-cache-"))
     executors = Executors(INTERPRETER_DEVICE, cache, jobs)
-    longest_first = sorted(configs, key=lambda c: -cost_estimate(c.as_dict()))  # as the compile rule orders them
+    ordered = by_cost(configs)
     start = time.perf_counter()  # includes starting the workers: a real run pays it too
     try:
         with ThreadPoolExecutor(jobs) as threads:
-            done = dict(zip(longest_first, threads.map(
-                lambda c: executors.compile(request(c, target, shape), c.id), longest_first)))
+            done = dict(zip(ordered, threads.map(
+                lambda c: executors.compile(request(c, target, shape), c.id), ordered)))
             results = [done[c] for c in configs]
     finally:
         executors.close()
@@ -97,8 +104,7 @@ def chunk(configs: list[Config], spec: str) -> list[Config]:
     k, n = (int(v) for v in spec.split("/"))
     if not 1 <= k <= n:
         raise SystemExit(f"--chunk {spec}: K must be between 1 and N; fix: e.g. --chunk 1/12")
-    ordered = sorted(configs, key=lambda c: (-cost_estimate(c.as_dict()), c.id))
-    return sorted(ordered[k - 1::n])
+    return sorted(by_cost(configs)[k - 1::n])
 
 
 # -- saved passes and the report ---------------------------------------------------------------
@@ -201,8 +207,6 @@ def main() -> int:
     if args.space == "paper":
         configs = PAPER_SPACE.configs()
     else:
-        from aot_tune.manifest import load_manifest
-
         configs = load_manifest(ROOT / "tuning.yaml").kernel("gemm").space.configs_for(shape)
     if args.configs:
         configs = sorted(random.Random(args.seed).sample(configs, args.configs))
