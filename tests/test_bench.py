@@ -147,3 +147,21 @@ def test_a_batch_goes_on_past_crashes_hangs_and_wrong_results(pool):
     statuses = {config_id: r.status for config_id, r in results.items()}
     assert statuses == {"fault0-block32": "ok", "fault3-block64": "crashed", "fault0-block64": "ok",
                         "fault4-block64": "timeout", "fault1-block64": "wrong_result", "fault0-block128": "ok"}
+
+
+def test_the_pass_profile_counts_overlapping_kernels_once():
+    """tools/profile_bench_pass.py: busy time is the union of kernel intervals, gaps what lies between."""
+    import importlib.util
+    import sys
+
+    from tunerun import REPO
+
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        spec = importlib.util.spec_from_file_location("profile_bench_pass", REPO / "tools" / "profile_bench_pass.py")
+        tool = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tool)
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    assert tool.busy_and_gaps([(20.0, 25.0), (0.0, 10.0), (5.0, 12.0)]) == (17.0, [8.0])
+    assert tool.busy_and_gaps([]) == (0.0, [])

@@ -118,3 +118,25 @@ def test_a_decorated_kernel_compiles_the_forced_candidate(compile_config):
     assert len(result.specializations) == 2  # n=1000 and n=4096 (divisible by 16) specialize differently
     bad = compile_config(vector_add_request({"BLOCK_SIZE": 384, "num_warps": 2}), "bad")
     assert bad.status == "compile_error"  # tl.arange(0, 384): the forced value, not a table's
+
+
+def test_bench_compile_projects_a_chunk_by_its_share_of_the_worker_time(tmp_path):
+    """One cheap config of four compiled alone cannot stand for a space whose costs span 100x:
+    the projection scales it by its share of the fan-out's worker time, not by the config count."""
+    import json
+    import subprocess
+    import sys
+
+    def result(config_id: str, seconds: float) -> dict:
+        return {"config_id": config_id, "status": "ok", "seconds": seconds}
+
+    fan = {"pass": "fanout", "wall_s": 101.0, "jobs": 2, "cores": 2,
+           "results": [result("big", 100.0), result("a", 1.0), result("b", 1.0), result("c", 1.0)]}
+    seq = {"pass": "sequential", "wall_s": 0.9, "jobs": 2, "cores": 2, "results": [result("a", 0.9)]}
+    (tmp_path / "fan.json").write_text(json.dumps(fan))
+    (tmp_path / "seq.json").write_text(json.dumps(seq))
+    out = subprocess.run([sys.executable, str(REPO / "tools" / "bench_compile.py"), "--report",
+                          str(tmp_path / "fan.json"), str(tmp_path / "seq.json")],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "projected   sequential     92.7 s for all 4 configs, from 1 measured (0.9 s x 103.00" in out, out
+    assert "0.92x  (fan-out vs PROJECTED sequential)" in out, out

@@ -19,7 +19,9 @@ into balanced chunks, each its own command, with every pass saved and combined a
     python tools/bench_compile.py --report fan.json seq-*.json
 
 With only some chunks (or a ``--configs`` sample) run sequentially, the report also projects the
-sequential time of the whole fan-out set from the configs measured, and says so.
+sequential time of the whole fan-out set from the configs measured (scaled by their share of the
+fan-out's worker time, so the chunks should come from the same command as the fan-out), and says
+so.
 """
 from __future__ import annotations
 
@@ -162,11 +164,14 @@ def report(fan: dict | None, sequential_runs: list[dict]) -> None:
         print(f"floor       {floor:8.1f} s  (max of: sum of sequential compile times / {jobs} workers, the slowest "
               f"compile); fan-out is {fan['wall_s'] / floor:.2f}x the floor")
     else:
-        scale = len(fan_ids) / len(seq_ids)
+        # A ratio estimator: the measured configs' share of the fan-out's worker time is their share
+        # of the sequential pass (compile times vary 1000x across configs, so a count would not do).
+        measured = sum(by_id[i]["seconds"] for i in seq_ids & fan_ids)
+        scale = sum(r["seconds"] for r in fan["results"]) / measured
         projected = seq_wall * scale
         floor = max(sum(r["seconds"] for r in seq) * scale / jobs, max(r["seconds"] for r in seq))
         print(f"projected   sequential {projected:8.1f} s for all {len(fan_ids)} configs, from {len(seq_ids)} measured "
-              f"({seq_wall:.1f} s x {scale:.2f})")
+              f"({seq_wall:.1f} s x {scale:.2f}, their share of the fan-out's worker time)")
         print(f"speedup     {projected / fan['wall_s']:8.2f}x  (fan-out vs PROJECTED sequential)")
         print(f"floor       {floor:8.1f} s  (projected sum of sequential compile times / {jobs} workers); "
               f"fan-out is {fan['wall_s'] / floor:.2f}x the floor")
