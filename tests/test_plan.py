@@ -5,7 +5,7 @@ import os
 import time
 
 import pytest
-from tunerun import REPO
+from tunerun import REPO, gemm_manifest
 
 from aot_tune import plan as plan_module
 from aot_tune.cache import read_cache
@@ -71,17 +71,7 @@ def test_a_new_triton_version_rebenches_everything_on_that_device(monkeypatch):
     assert all(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)
 
 
-BUDGETED = """\
-version: 1
-defaults:
-  targets: [sm90]
-kernels:
-  gemm:
-    kernel: kernels.gemm:matmul_kernel
-    launch: kernels.gemm:matmul
-    inputs: kernels.gemm:make_inputs
-    reference: kernels.gemm:reference
-    key: [M, N, K]
+BUDGETED = gemm_manifest("""\
     space:
       BLOCK_M: [32, 64, 128]
       BLOCK_N: [32, 64, 128]
@@ -90,7 +80,7 @@ kernels:
     shapes:
       - grid: {M: [64, 256, 1024, 4096], N: [4096], K: [4096]}
     search: SEARCH
-"""
+""")
 
 
 def budgeted_plan(tmp_path, search: str):

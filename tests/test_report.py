@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from tunerun import REPO, doit, make_project
+from tunerun import REPO, doit, gemm_manifest, make_project
 
 from aot_tune import cache as cache_io
 from aot_tune.manifest import load_manifest
@@ -79,17 +79,7 @@ def test_renders_this_repositorys_caches_with_plots(tmp_path):
 
 # -- a synthetic cache ---------------------------------------------------------------------
 
-MANIFEST = """\
-version: 1
-defaults:
-  targets: [sm90]
-kernels:
-  gemm:
-    kernel: kernels.gemm:matmul_kernel
-    launch: kernels.gemm:matmul
-    inputs: kernels.gemm:make_inputs
-    reference: kernels.gemm:reference
-    key: [M, N, K]
+MANIFEST = gemm_manifest("""\
     space:
       BLOCK_M: [64, 128]
       BLOCK_N: [64, 256]
@@ -123,7 +113,7 @@ kernels:
       num_warps: [4]
     shapes:
       - {M: 8, N: 1000}
-"""
+""")
 
 
 def measurement(params: dict, status: str = "ok", median: float = 0.0, reason: str = "") -> Measurement:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tunerun import make_project
+from tunerun import gemm_manifest, make_project
 
 from aot_tune.compile import CompileRequest
 from aot_tune.executors import Executors
@@ -20,22 +20,13 @@ pytest.importorskip("triton")
 
 ALIGNED, ALSO_ALIGNED, UNALIGNED = (64, 64, 64), (128, 64, 96), (33, 65, 47)  # (M, N, K)
 
-MANIFEST = """\
-version: 1
-defaults: {targets: [sm90]}
-kernels:
-  gemm:
-    kernel: kernels.gemm:matmul_kernel
-    launch: kernels.gemm:matmul
-    inputs: kernels.gemm:make_inputs
-    reference: kernels.gemm:reference
-    key: [M, N, K]
+MANIFEST = gemm_manifest("""\
     space: {BLOCK_M: [32], BLOCK_N: [32], BLOCK_K: [32, 64], GROUP_M: [8], num_warps: [2], num_stages: [3]}
     shapes:
       - {M: 64, N: 64, K: 64}
       - {M: 128, N: 64, K: 96}
       - {M: 33, N: 65, K: 47}
-"""
+""")
 
 
 def plan_for(project):

@@ -19,23 +19,32 @@ def make_project(root: Path, manifest: str) -> Path:
     return root
 
 
-def vector_add_manifest(entry: str, targets: str = "[sm90]") -> str:
-    """A manifest tuning kernels/vector_add.py with 1 ms of warm-up and of timing: its references
-    and key, then ``entry`` (space, shapes and the rest, indented under the kernel; more kernels
-    may follow it)."""
+def _manifest(defaults: str, kernel: str, module: str, kernel_attr: str, launch_attr: str, key: str,
+              entry: str) -> str:
+    """A manifest whose first kernel is ``module``'s in kernels/: its references and key, then
+    ``entry`` (space, shapes and the rest, indented under the kernel; more kernels may follow)."""
     return f"""\
 version: 1
 defaults:
-  targets: {targets}
-  bench: {{warmup_ms: 1, rep_ms: 1}}
-kernels:
-  vector_add:
-    kernel: kernels.vector_add:add_kernel
-    launch: kernels.vector_add:add
-    inputs: kernels.vector_add:make_inputs
-    reference: kernels.vector_add:reference
-    key: [n]
+{defaults}kernels:
+  {kernel}:
+    kernel: kernels.{module}:{kernel_attr}
+    launch: kernels.{module}:{launch_attr}
+    inputs: kernels.{module}:make_inputs
+    reference: kernels.{module}:reference
+    key: {key}
 """ + entry
+
+
+def vector_add_manifest(entry: str, targets: str = "[sm90]") -> str:
+    """kernels/vector_add.py with 1 ms of warm-up and of timing, then ``entry``."""
+    return _manifest(f"  targets: {targets}\n  bench: {{warmup_ms: 1, rep_ms: 1}}\n", "vector_add", "vector_add",
+                     "add_kernel", "add", "[n]", entry)
+
+
+def gemm_manifest(entry: str, targets: str = "[sm90]") -> str:
+    """kernels/gemm.py with the default bench settings, then ``entry``."""
+    return _manifest(f"  targets: {targets}\n", "gemm", "gemm", "matmul_kernel", "matmul", "[M, N, K]", entry)
 
 
 def subprocess_env(*first_on_path: Path) -> dict[str, str]:
