@@ -172,21 +172,38 @@ def _all_zero(inputs: tuple) -> bool:
     return bool(tensors) and all(not x.any().item() for x in tensors)
 
 
-def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, float, str]:
-    """Relative error in float64; NaN or a wrong shape never passes."""
-    import torch
+class Comparison:
+    """An output against its reference, computed on the device in float64 and read later, so
+    the check needs no synchronization of its own. NaN, Inf or a wrong shape never pass."""
 
-    if tuple(output.shape) != tuple(expected.shape):
-        return False, math.inf, f"output shape {tuple(output.shape)} != reference {tuple(expected.shape)}"
-    out, ref = output.double(), expected.double()
-    finite, diff, norm = torch.stack([torch.isfinite(out).all().double(), torch.linalg.vector_norm(out - ref),
-                                      torch.linalg.vector_norm(ref)]).tolist()  # one device sync
-    if not finite:
-        return False, math.inf, "output has NaN or Inf"
-    error = diff / max(norm, 1e-30)
-    if error > tolerance:
-        return False, error, f"relative error {error:.3g} exceeds {tolerance:g}"
-    return True, error, ""
+    def __init__(self, output: Any, expected: Any) -> None:
+        import torch
+
+        self._values = None
+        self._shape_error = ""
+        if tuple(output.shape) != tuple(expected.shape):
+            self._shape_error = f"output shape {tuple(output.shape)} != reference {tuple(expected.shape)}"
+            return
+        out, ref = output.double(), expected.double()
+        self._values = torch.stack([torch.isfinite(out).all().double(), torch.linalg.vector_norm(out - ref),
+                                    torch.linalg.vector_norm(ref)])
+
+    def verdict(self, tolerance: float) -> tuple[bool, float, str]:
+        """(passed, relative error, why not); waits for the comparison if it has not run yet."""
+        if self._values is None:
+            return False, math.inf, self._shape_error
+        finite, diff, norm = self._values.tolist()
+        if not finite:
+            return False, math.inf, "output has NaN or Inf"
+        error = diff / max(norm, 1e-30)
+        if error > tolerance:
+            return False, error, f"relative error {error:.3g} exceeds {tolerance:g}"
+        return True, error, ""
+
+
+def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, float, str]:
+    """Relative error in float64, read at once; NaN or a wrong shape never passes."""
+    return Comparison(output, expected).verdict(tolerance)
 
 
 @dataclass
@@ -207,7 +224,9 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
     CUDA graph (the costly part of timing a short kernel: one Python launch per captured
     launch). So the GPU work is check(i), warm-up(i), timed(i-1), check(i+1), ..., and each
     result is yielded when it is complete (a passing config's one step after its check).
-    Never raises for a kernel fault: it becomes the config's result."""
+    Loading a kernel's binary synchronizes the device, so it is left to the check's launch,
+    when the GPU has nothing queued anyway. Never raises for a kernel fault: it becomes the
+    config's result."""
     announce = announce or (lambda config_id, phase: None)
     pending: ConfigTiming | None = None
     for request in requests:
@@ -234,27 +253,28 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
 def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_bytes: int,
                    clocks: GpuClocks | None) -> "ConfigTiming | ConfigMeasurement":
     """Check the config against the reference and warm it up (which decides how it is timed);
-    a failure is returned as its measurement."""
-    began = time.perf_counter()
-    start = clocks.read() if clocks else ClockReading()
-    read_clocks = time.perf_counter() - began
+    a failure is returned as its measurement. The comparison is enqueued behind the check's
+    launch and read after the warm-up probe's first batch: one device synchronization for both."""
     index = workload.next_check_set()
     began = time.perf_counter()
     try:
         run = workload.runner(request)
-        output = run(index)  # check_result's one device synchronization also surfaces a fault of this launch
-        ok, error, message = check_result(output, workload.expected(index), workload.tolerance)
+        output = run(index)  # the first synchronization also surfaces a fault of this launch
+        comparison = Comparison(output, workload.expected(index))
+        del output
+        if backend != "cuda":
+            ok, error, message = comparison.verdict(workload.tolerance)
+            if not ok:
+                return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
+            return ConfigTiming(request, None, error, {"check": time.perf_counter() - began}, wall=lambda: run(index))
+        rotation = workload.rotation_for(request.settings, l2_bytes)
+        checked = time.perf_counter()
+        gpu_ms, host_ms, next_set, warmed_ms = _warm_up(run, rotation.sets, request.settings.warmup_ms)
+        ok, error, message = comparison.verdict(workload.tolerance)  # complete since the probe's first sync
         if not ok:
             return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
-        del output
-        checked = time.perf_counter()
-        if backend != "cuda":
-            return ConfigTiming(request, clocks, start, error, {"check": checked - began, "clocks": read_clocks},
-                                wall=lambda: run(index))
-        rotation = workload.rotation_for(request.settings, l2_bytes)
-        gpu_ms, host_ms, next_set, warmed_ms = _warm_up(run, rotation.sets, request.settings.warmup_ms)
-        phases = {"check": checked - began, "warmup": time.perf_counter() - checked, "clocks": read_clocks}
-        return ConfigTiming(request, clocks, start, error, phases, launch=run, rotation=rotation,
+        phases = {"check": checked - began, "warmup": time.perf_counter() - checked}
+        return ConfigTiming(request, clocks, error, phases, launch=run, rotation=rotation,
                             gpu_ms=gpu_ms, host_ms=host_ms, next_set=next_set, warmed_ms=warmed_ms)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
         return _runtime_error(request, exc)
@@ -276,13 +296,14 @@ class ConfigTiming:
     ``rep_ms`` of GPU time.
     """
 
-    def __init__(self, request: BenchRequest, clocks: GpuClocks | None, clocks_start: ClockReading, error: float,
+    def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float,
                  phases: dict[str, float], *, wall: Callable[[], Any] | None = None,
                  launch: Callable[[int], Any] | None = None, rotation: Rotation | None = None,
                  gpu_ms: float = 0.0, host_ms: float = 0.0, next_set: int = 0, warmed_ms: float = 0.0) -> None:
         self.request = request
         self.settings = request.settings
-        self._clocks, self._clocks_start, self._error = clocks, clocks_start, error
+        self._clocks, self._error = clocks, error
+        self._clocks_start = ClockReading()
         self.phases = phases
         self._wall, self._launch, self._rotation = wall, launch, rotation
         self._gpu_ms, self._host_ms, self._next_set, self._warmed_ms = gpu_ms, host_ms, next_set, warmed_ms
@@ -342,6 +363,7 @@ class ConfigTiming:
                 runs = _clamp(math.ceil(self.settings.rep_ms / max(self._gpu_ms, 1e-4)), MIN_SAMPLES, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda i: launch((first + i) % sets))
             self.phases["enqueue"] = time.perf_counter() - began
+            self._clocks_start = self._read_clocks()  # the GPU is running the launches just enqueued
         except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
             self._failure = _runtime_error(self.request, exc)
 
@@ -354,10 +376,20 @@ class ConfigTiming:
         self._graph, self._graph_output = _capture(self._launch, self._k, self._next_set, self._rotation.sets)
         return _replay_writes(self._graph, self._graph_output)
 
+    def _read_clocks(self) -> ClockReading:
+        """SM and memory clocks now (NVML), read while this config's timed launches run."""
+        if self._clocks is None:
+            return ClockReading()
+        began = time.perf_counter()
+        reading = self._clocks.read()
+        self.phases["clocks"] = self.phases.get("clocks", 0.0) + time.perf_counter() - began
+        return reading
+
     # -- finish: synchronize and read ----------------------------------------------------------
     def finish(self) -> ConfigMeasurement:
         if self._failure is not None:
             return self._failure
+        clocks_end = self._read_clocks()  # before the synchronization: the timed launches still run
         began = time.perf_counter()
         try:
             if self.method == "wall":
@@ -372,12 +404,9 @@ class ConfigTiming:
             return _runtime_error(self.request, exc)
         self.phases["timed"] = self.phases.pop("enqueue", 0.0) + time.perf_counter() - began
         self._graph = self._graph_output = self._events = None
-        reading = time.perf_counter()
-        end = self._clocks.read() if self._clocks else ClockReading()
-        self.phases["clocks"] = self.phases.get("clocks", 0.0) + time.perf_counter() - reading
         return ConfigMeasurement(self.request.config_id, "ok", times_ms=timing.times_ms, error_norm=self._error,
                                  method=timing.method, launches_per_sample=timing.launches_per_sample,
-                                 cold_l2=timing.cold_l2, clocks_start=self._clocks_start, clocks_end=end,
+                                 cold_l2=timing.cold_l2, clocks_start=self._clocks_start, clocks_end=clocks_end,
                                  phase_seconds=dict(self.phases))
 
 
@@ -442,15 +471,14 @@ def _record_events(runs: int, body: Callable[[int], Any]) -> list:
 
 
 def _read_events(pairs: list) -> list[float]:
-    import torch
-
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in pairs]
-
-
-def _event_times(runs: int, body: Callable[[int], Any]) -> list[float]:
-    """GPU ms of ``body(i)`` for i in range(runs), a pair of CUDA events around each call."""
-    return _read_events(_record_events(runs, body))
+    """GPU ms of each pair, read as soon as it completes: the host reads the early pairs while the
+    GPU still runs the later launches (reading a thousand pairs after the last one, as a
+    synchronize-then-read would, leaves the GPU idle for milliseconds)."""
+    times = []
+    for start, end in pairs:
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
 
 
 def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) -> tuple[Any, Any]:
@@ -485,8 +513,10 @@ def _replay_writes(graph: Any, output: Any) -> float | None:
     if poisoned:
         output.fill_(float("nan"))
     graph.replay()
-    replay_ms = _event_times(1, lambda _: graph.replay())[0]  # one synchronization for both
-    if poisoned and bool(torch.isnan(output).all().item()):
+    pairs = _record_events(1, lambda _: graph.replay())
+    unwritten = torch.isnan(output).all() if poisoned else None
+    replay_ms = _read_events(pairs)[0]
+    if unwritten is not None and bool(unwritten.item()):  # enqueued before the read: no second wait
         return None
     return replay_ms
 
