@@ -149,8 +149,9 @@ def test_a_batch_goes_on_past_crashes_hangs_and_wrong_results(pool):
                         "fault4-block64": "timeout", "fault1-block64": "wrong_result", "fault0-block128": "ok"}
 
 
-def test_the_pass_profile_counts_overlapping_kernels_once():
-    """tools/profile_bench_pass.py: busy time is the union of kernel intervals, gaps what lies between."""
+def test_the_pass_profile_charges_idle_gaps_to_the_innermost_host_step():
+    """tools/profile_bench_pass.py: busy time is the union of kernel intervals; each idle gap is
+    charged to the innermost host step running meanwhile, the rest to 'between steps'."""
     import importlib.util
     import sys
 
@@ -163,5 +164,10 @@ def test_the_pass_profile_counts_overlapping_kernels_once():
         spec.loader.exec_module(tool)
     finally:
         sys.path.remove(str(REPO / "tools"))
-    assert tool.busy_and_gaps([(20.0, 25.0), (0.0, 10.0), (5.0, 12.0)]) == (17.0, [8.0])
-    assert tool.busy_and_gaps([]) == (0.0, [])
+    assert tool.merged([(20.0, 25.0), (0.0, 10.0), (5.0, 12.0)]) == [(0.0, 12.0), (20.0, 25.0)]
+    assert tool.merged([]) == []
+    steps = [(0.0, 30.0, "outer"), (14.0, 18.0, "inner"), (32.0, 34.0, "inner")]
+    assert tool.innermost_segments(steps) == [(0.0, 14.0, 0), (14.0, 18.0, 1), (18.0, 30.0, 0), (32.0, 34.0, 2)]
+    charged = tool.charge_gaps([(0.0, 12.0), (20.0, 25.0)], tool.innermost_segments(steps), (0.0, 40.0))
+    assert charged == {0: 2.0 + 2.0 + 5.0, 1: 4.0, 2: 2.0, None: 2.0 + 6.0}
+    assert tool.by_label(steps, charged) == {"outer": [9.0], "inner": [4.0, 2.0], "between steps": [8.0]}

@@ -1,16 +1,24 @@
-"""Where the GPU's time goes in one pipelined bench pass: profile the engine over configs of one
-GEMM shape with torch.profiler and split the pass's wall time into timed samples, other kernel
-time (checks, warm-up, the reference comparison) and idle gaps. Needs a CUDA GPU.
+"""Where the GPU's time goes in pipelined bench passes: profile the engine over configs of GEMM
+shapes with torch.profiler, split the wall time into timed samples, other kernel time (checks,
+warm-up, the reference comparison) and idle gaps, and charge every idle gap to the host step
+that was running meanwhile (the check's launch, the comparison, the warm-up probe, a graph
+capture, ...). Needs a CUDA GPU.
 
-    python tools/profile_bench_pass.py --shape 4096,4096,4096 --configs 24
+    python tools/profile_bench_pass.py --shape 4096,4096,4096 --shape 256,256,256 --configs 24
 
-The configs are measured once unprofiled first (Triton compiles and loads them), so the profile
-shows the steady pipeline of a bench task, not its compiles.
+The configs are first compiled in a child process (filling Triton's disk cache, as the compile
+stage does), so the profiled passes see what a bench task sees: each config's first launch in
+the process, and the shape's set-up (input sets, reference outputs).
 """
 from __future__ import annotations
 
 import argparse
+import bisect
+import functools
+import gc
 import random
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,61 +29,197 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from bench_overhead import request_for, sampled_configs  # noqa: E402
 
-from aot_tune.bench.measure import Workload, measure_configs  # noqa: E402
+from aot_tune.bench import measure  # noqa: E402
+from aot_tune.bench.nvml import GpuClocks  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402
 
+#: Host steps timed during the profiled passes: (owner, attribute, label). Nested steps win.
+HOST_STEPS = (
+    (measure, "prepare_config", "check: launch and set-up"),
+    (measure.Workload, "expected", "check: reference output"),
+    (measure.Workload, "rotation_for", "shape set-up: input sets"),
+    (measure.Comparison, "verdict", "check: reading the comparison"),
+    (measure, "_warm_up", "warm-up probe"),
+    (measure.ConfigTiming, "capture", "graph capture"),
+    (measure.ConfigTiming, "start", "start: rewarm, enqueue"),
+    (measure, "_replay_writes", "start: graph replay check"),
+    (measure.ConfigTiming, "finish", "finish: wait, read"),
+    (GpuClocks, "read", "clock reads (NVML)"),
+)
 
-def busy_and_gaps(intervals: list[tuple[float, float]]) -> tuple[float, list[float]]:
-    """Union length of [start, end) intervals and the gaps between them (same units)."""
-    busy, gaps, start, end = 0.0, [], None, None
+
+def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of [start, end) intervals as sorted, disjoint spans."""
+    spans: list[list[float]] = []
     for s, e in sorted(intervals):
-        if end is None or s > end:
-            if end is not None:
-                busy += end - start
-                gaps.append(s - end)
-            start, end = s, e
+        if spans and s <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], e)
         else:
-            end = max(end, e)
-    return busy + ((end - start) if end is not None else 0.0), gaps
+            spans.append([s, e])
+    return [(s, e) for s, e in spans]
+
+
+def innermost_segments(steps: list[tuple[float, float, str]]) -> list[tuple[float, float, int]]:
+    """Nested host steps (start, end, label) flattened into disjoint segments, each naming (by
+    its index in ``steps``) the innermost step running then: the latest started of those open."""
+    edges = sorted({t for s, e, _ in steps for t in (s, e)})
+    segments = []
+    for a, b in zip(edges, edges[1:]):
+        mid = (a + b) / 2
+        inside = [(s, i) for i, (s, e, _) in enumerate(steps) if s <= mid < e]
+        if inside:
+            segments.append((a, b, max(inside)[1]))
+    return segments
+
+
+def charge_gaps(spans: list[tuple[float, float]], segments: list[tuple[float, float, int]],
+                window: tuple[float, float]) -> dict[int | None, float]:
+    """Idle time inside ``window`` (outside every busy span) charged to the step of the host
+    segment it overlaps (by index); what no segment covers goes to None."""
+    idle = []
+    cursor = window[0]
+    for s, e in spans:
+        if e <= cursor:
+            continue
+        if s > cursor:
+            idle.append((cursor, min(s, window[1])))
+        cursor = max(cursor, e)
+        if cursor >= window[1]:
+            break
+    if cursor < window[1]:
+        idle.append((cursor, window[1]))
+    charged: dict[int | None, float] = {}
+    starts = [s for s, _, _ in segments]
+    for a, b in idle:
+        covered = 0.0
+        i = max(0, bisect.bisect_right(starts, a) - 1)
+        while i < len(segments) and segments[i][0] < b:
+            s, e, step = segments[i]
+            overlap = min(b, e) - max(a, s)
+            if overlap > 0:
+                charged[step] = charged.get(step, 0.0) + overlap
+                covered += overlap
+            i += 1
+        if b - a - covered > 0:
+            charged[None] = charged.get(None, 0.0) + (b - a - covered)
+    return charged
+
+
+def by_label(steps: list[tuple[float, float, str]], charged: dict[int | None, float]) -> dict[str, list[float]]:
+    """Idle time per step label: one value per call of that step (zero when it idled nothing)."""
+    table: dict[str, list[float]] = {}
+    for i, (_, _, label) in enumerate(steps):
+        table.setdefault(label, []).append(charged.get(i, 0.0))
+    if None in charged:
+        table["between steps"] = [charged[None]]
+    return table
+
+
+def install_step_timers(log: list[tuple[float, float, str]]) -> None:
+    """Wrap HOST_STEPS so each call appends (start us, end us, label) to ``log`` (perf_counter);
+    Python's garbage collections are logged as steps too."""
+    collecting: list[float] = []
+
+    def on_collection(phase: str, info: dict) -> None:
+        if phase == "start":
+            collecting.append(time.perf_counter_ns() / 1e3)
+        elif collecting:
+            log.append((collecting.pop(), time.perf_counter_ns() / 1e3, f"garbage collection, generation {info['generation']}"))
+
+    gc.callbacks.append(on_collection)
+    for owner, name, label in HOST_STEPS:
+        original = getattr(owner, name)
+
+        def timed(*args, _original=original, _label=label, **kwargs):
+            began = time.perf_counter_ns() / 1e3
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                log.append((began, time.perf_counter_ns() / 1e3, _label))
+
+        setattr(owner, name, functools.wraps(original)(timed))
+
+
+def requests_for(args) -> list[list]:
+    spec = load_manifest(ROOT / "tuning.yaml").kernel("gemm")
+    passes = []
+    for text in args.shape:
+        shape = tuple(int(v) for v in text.split(","))
+        passes.append([request_for(spec, shape, "float16", c)
+                       for c in sampled_configs(spec, shape, args.configs, random.Random(args.seed))])
+    return passes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="4096,4096,4096", help="M,N,K of tuning.yaml's gemm")
-    parser.add_argument("--configs", type=int, default=24, help="seeded sample of the shape's configs")
+    parser.add_argument("--shape", action="append", help="M,N,K of tuning.yaml's gemm (repeatable)")
+    parser.add_argument("--configs", type=int, default=24, help="seeded sample of each shape's configs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args()
+    args.shape = args.shape or ["4096,4096,4096"]
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     if not torch.cuda.is_available():
         raise SystemExit("profile_bench_pass.py needs a CUDA GPU; fix: run it on the GPU host")
-    spec = load_manifest(ROOT / "tuning.yaml").kernel("gemm")
-    shape = tuple(int(v) for v in args.shape.split(","))
-    requests = [request_for(spec, shape, "float16", c)
-                for c in sampled_configs(spec, shape, args.configs, random.Random(args.seed))]
-    workload = Workload(requests[0], "cuda:0")
-    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
-    list(measure_configs(requests, workload, "cuda", l2_bytes))  # compile and load every config first
+    passes = requests_for(args)
+    props = torch.cuda.get_device_properties(0)
+    l2_bytes = props.L2_cache_size
+    if args.compile_only:
+        for requests in passes:
+            list(measure.measure_configs(requests, measure.Workload(requests[0], "cuda:0"), "cuda", l2_bytes))
+        return 0
+    subprocess.run([sys.executable, __file__, "--compile-only", "--configs", str(args.configs), "--seed",
+                    str(args.seed)] + [f"--shape={s}" for s in args.shape], check=True)
+    torch.ones(1, device="cuda").add_(1)  # the CUDA context and torch's elementwise kernels, before profiling
     torch.cuda.synchronize()
+    clocks = GpuClocks(str(getattr(props, "uuid", "")))  # as a device worker reads them
+    steps: list[tuple[float, float, str]] = []
+    install_step_timers(steps)
+    results = []
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        marks = [time.perf_counter_ns() / 1e3]
+        torch.cuda._sleep(1000)  # marker: the trace's first kernel starts about when the host issued it
+        torch.cuda.synchronize()
         began = time.perf_counter()
-        results = list(measure_configs(requests, workload, "cuda", l2_bytes))
+        for requests in passes:
+            workload = measure.Workload(requests[0], "cuda:0")
+            results += list(measure.measure_configs(requests, workload, "cuda", l2_bytes, clocks))
         torch.cuda.synchronize()
         wall = time.perf_counter() - began
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy_us, gaps = busy_and_gaps([(e.time_range.start, e.time_range.end) for e in kernels])
+        marks.append(time.perf_counter_ns() / 1e3)
+        torch.cuda._sleep(1000)  # marker: the last kernel
+        torch.cuda.synchronize()
+    events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                    key=lambda e: e.time_range.start)
+    offset = events[0].time_range.start - marks[0]  # GPU clock minus host clock, launch latency included
+    drift = events[-1].time_range.start - marks[1] - offset
+    kernels = events[1:-1]
+    spans = merged([(e.time_range.start - offset, e.time_range.end - offset) for e in kernels])
+    busy_us = sum(e - s for s, e in spans)
+    window = (began * 1e6, began * 1e6 + wall * 1e6)
+    # Only steps inside the profiled passes (the marker's set-up is outside the window).
+    steps = [step for step in steps if step[0] >= window[0]]
+    charged = by_label(steps, charge_gaps(spans, innermost_segments(steps), window))
     by_kind: dict[str, float] = {}
     for e in kernels:
         kind = "the configs' kernel" if "matmul_kernel" in e.name else e.name[:60]
         by_kind[kind] = by_kind.get(kind, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
     samples = sum(sum(r.times_ms) * r.launches_per_sample for r in results if r.ok) / 1e3
     ok = sum(r.ok for r in results)
-    print(f"gemm {'x'.join(map(str, shape))} fp16, {len(results)} configs ({ok} ok), {torch.cuda.get_device_name()}")
-    print(f"pass wall            {wall:7.3f} s")
-    print(f"timed samples        {samples:7.3f} s  {samples / wall:6.1%} of the wall")
-    print(f"GPU busy (any kernel) {busy_us / 1e6:6.3f} s  {busy_us / 1e6 / wall:6.1%}")
-    print(f"GPU idle in the pass {wall - busy_us / 1e6:7.3f} s  ({len(gaps)} gaps, {sum(g >= 100 for g in gaps)} of 100 us or more)")
+    print(f"gemm {' + '.join(args.shape)} fp16, {len(results)} configs ({ok} ok), {torch.cuda.get_device_name()}")
+    print(f"pass wall             {wall:7.3f} s")
+    print(f"timed samples         {samples:7.3f} s  {samples / wall:6.1%} of the wall")
+    print(f"GPU busy (any kernel) {busy_us / 1e6:7.3f} s  {busy_us / 1e6 / wall:6.1%}")
+    print(f"GPU idle              {wall - busy_us / 1e6:7.3f} s, charged to the host step running then "
+          f"(clock drift over the pass {drift:.0f} us):")
+    for label, values in sorted(charged.items(), key=lambda kv: -sum(kv[1])):
+        total = sum(values) / 1e6
+        ranked = sorted(values)
+        print(f"  {total:7.3f} s  {total / wall:6.1%}  {label} ({len(values)} calls; idle per call: median "
+              f"{ranked[len(ranked) // 2]:.0f} us, p90 {ranked[int(len(ranked) * 0.9)]:.0f} us, max {ranked[-1]:.0f} us)")
+    print("kernel time by kind:")
     for kind, seconds in sorted(by_kind.items(), key=lambda kv: -kv[1])[:6]:
         print(f"  {seconds:7.3f} s  {kind}")
     return 0
