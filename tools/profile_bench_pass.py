@@ -61,14 +61,21 @@ def merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def innermost_segments(steps: list[tuple[float, float, str]]) -> list[tuple[float, float, int]]:
     """Nested host steps (start, end, label) flattened into disjoint segments, each naming (by
-    its index in ``steps``) the innermost step running then: the latest started of those open."""
-    edges = sorted({t for s, e, _ in steps for t in (s, e)})
+    its index in ``steps``) the innermost step running then: the latest started of those open.
+    One sweep over the steps' edges (a pass logs thousands of steps)."""
+    edges = sorted([(s, 1, i) for i, (s, _, _) in enumerate(steps)] +
+                   [(e, 0, i) for i, (_, e, _) in enumerate(steps)])  # at one instant, ends first
+    open_steps: list[int] = []
     segments = []
-    for a, b in zip(edges, edges[1:]):
-        mid = (a + b) / 2
-        inside = [(s, i) for i, (s, e, _) in enumerate(steps) if s <= mid < e]
-        if inside:
-            segments.append((a, b, max(inside)[1]))
+    previous = None
+    for t, opens, i in edges:
+        if open_steps and t > previous:
+            segments.append((previous, t, open_steps[-1]))
+        if opens:
+            open_steps.append(i)
+        else:
+            open_steps.remove(i)
+        previous = t
     return segments
 
 
