@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -37,6 +36,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from gemm_manifest import gemm_manifest  # noqa: E402
+
 COMMAND = [sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter"]
 #: BLOCK_M/N/K in {16, 32}: small enough that the interpreter measures each in well under a second.
 SPACE = {"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16, 32], "GROUP_M": [8], "num_warps": [4],
@@ -45,28 +48,9 @@ SPACE = {"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16, 32], "GROUP_M
 
 def manifest(configs: int, shapes: int) -> str:
     sizes = [(16, 16, 16), (32, 32, 32), (16, 32, 16), (32, 16, 32), (16, 16, 32), (32, 32, 16)][:shapes]
-    shape_lines = "".join(f"      - {{M: {m}, N: {n}, K: {k}}}\n" for m, n, k in sizes)
-    space = "".join(f"      {name}: {json.dumps(values)}\n" for name, values in SPACE.items())
-    return (
-        "version: 1\n"
-        "defaults:\n"
-        "  targets: [sm90]\n"
-        "  bench: {warmup_ms: 1, rep_ms: 1}\n"
-        "kernels:\n"
-        "  gemm:\n"
-        "    kernel: kernels.gemm:matmul_kernel\n"
-        "    launch: kernels.gemm:matmul\n"
-        "    inputs: kernels.gemm:make_inputs\n"
-        "    reference: kernels.gemm:reference\n"
-        "    key: [M, N, K]\n"
-        "    space:\n" + space +
-        # the first `configs` of the space's 16, by a constraint on a running index of the product
-        f"    constraints:\n      - \"(BLOCK_M // 32) * 8 + (BLOCK_N // 32) * 4 + (BLOCK_K // 32) * 2 "
-        f"+ (num_stages - 2) < {configs}\"\n"
-        "    shapes:\n" + shape_lines +
-        "    interpreter_shapes:\n" + shape_lines +
-        "    dtypes: [float16]\n"
-    )
+    # the first `configs` of the space's 16, by a constraint on a running index of the product
+    constraint = f"(BLOCK_M // 32) * 8 + (BLOCK_N // 32) * 4 + (BLOCK_K // 32) * 2 + (num_stages - 2) < {configs}"
+    return gemm_manifest("  targets: [sm90]\n  bench: {warmup_ms: 1, rep_ms: 1}\n", SPACE, constraint, sizes)
 
 
 def build(project: Path, configs: int, shapes: int) -> None:

@@ -53,6 +53,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from gemm_manifest import gemm_manifest  # noqa: E402
 
 from aot_tune.space import Config, ConfigSpace  # noqa: E402
 
@@ -98,27 +101,9 @@ def manifest_text(configs: list[Config], shapes: list[tuple[int, int, int]], tar
     compiles for the local GPU alone."""
     values = {name: sorted({dict(c.params)[name] for c in configs}) for name, _ in PAPER_SPACE.params}
     member = " or ".join("(" + " and ".join(f"{k} == {v}" for k, v in c.params) + ")" for c in configs)
-    shape_lines = "".join(f"      - {{M: {m}, N: {n}, K: {k}}}\n" for m, n, k in shapes)
-    space = "".join(f"      {name}: {json.dumps(vals)}\n" for name, vals in values.items())
-    return (
-        "# Written by tools/compare_triton_autotune.py: the sampled configs and shapes, nothing else.\n"
-        "version: 1\n"
-        "defaults:\n"
-        f"  targets: [{target}]\n"
-        "  bench: {warmup_ms: 2, rep_ms: 20, l2_flush: true}\n"
-        "kernels:\n"
-        "  gemm:\n"
-        "    kernel: kernels.gemm:matmul_kernel\n"
-        "    launch: kernels.gemm:matmul\n"
-        "    inputs: kernels.gemm:make_inputs\n"
-        "    reference: kernels.gemm:reference\n"
-        "    key: [M, N, K]\n"
-        "    space:\n" + space +
-        f"    constraints:\n      - {json.dumps(member)}\n"
-        "    shapes:\n" + shape_lines +
-        "    interpreter_shapes:\n" + shape_lines +
-        "    dtypes: [float16]\n"
-    )
+    return gemm_manifest(f"  targets: [{target}]\n  bench: {{warmup_ms: 2, rep_ms: 20, l2_flush: true}}\n",
+                         values, member, shapes,
+                         header="# Written by tools/compare_triton_autotune.py: the sampled configs and shapes, nothing else.\n")
 
 
 # -- running the phases ---------------------------------------------------------------------------
