@@ -19,6 +19,8 @@ Supported: triton 3.6 to 3.9. What this module relies on, and why:
   that returns None (3.6 and 3.9). Replacing ``_do_compile`` on the kernel object therefore
   yields the exact signature, constexprs and attrs a launch specializes on, without compiling:
   the specialization step of the plan.
+* ``CompiledKernel._init_handles()`` loads a compiled kernel onto the device (3.6 and 3.9);
+  a launch calls it the first time, and it synchronizes the device.
 * Warm start (see the section at the end): ``JITFunction.compile`` is set per device by
   ``create_binder``; Triton's disk-cache key is sha256 of ``triton_key()`` (a hash of the whole
   libtriton library) plus cheap parts; ``CompiledKernel(src, group, hash)`` loads a hit.
@@ -159,6 +161,37 @@ def compile_instead_of_launch(jit_fn: Any) -> Iterator[list[CapturedCompile]]:
         yield captured
     finally:
         del jit_fn.run
+
+
+@contextlib.contextmanager
+def load_instead_of_launch() -> Iterator[list[BaseException]]:
+    """While active, every Triton kernel launch in this thread loads its binary onto the current
+    device (``CompiledKernel._init_handles``, as a first launch would) but runs nothing. A load
+    synchronizes the device (measured: it returns only after queued work ends), so the bench
+    engine loads a pass's kernels before it queues any work. A load that fails (a kernel over the
+    device's shared memory, say) is collected, not raised: the config's own launch raises it."""
+    from triton.runtime.jit import JITFunction
+
+    failures: list[BaseException] = []
+    original_run = JITFunction.run
+    owner = threading.get_ident()
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if threading.get_ident() != owner:
+            return original_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        try:
+            kernel = original_run(self, *args, grid=grid, warmup=True, **kwargs)
+            if kernel is not None:
+                kernel._init_handles()
+        except Exception as exc:  # noqa: BLE001 - reported by the config's real launch
+            failures.append(exc)
+        return None
+
+    JITFunction.run = run
+    try:
+        yield failures
+    finally:
+        JITFunction.run = original_run
 
 
 @dataclass(frozen=True)

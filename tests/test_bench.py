@@ -149,6 +149,27 @@ def test_a_batch_goes_on_past_crashes_hangs_and_wrong_results(pool):
                         "fault4-block64": "timeout", "fault1-block64": "wrong_result", "fault0-block128": "ok"}
 
 
+def test_a_fault_with_several_configs_on_the_device_is_pinned_on_its_culprit(tmp_path, monkeypatch):
+    """A GPU pass has several configs' work queued at once. When the worker dies or hangs with
+    all of a batch named as on the device, the pool measures each suspect again on its own: the
+    crash and the hang are blamed on their configs alone, and the others are measured."""
+    import suspects_worker
+
+    from aot_tune.bench import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "worker_main", suspects_worker.main)
+    devices = DevicePool("interpreter", 1, str(tmp_path / "triton-cache"))
+    batch = [planted(0, block=32), planted(3), planted(0, block=64), planted(4), planted(1), planted(0, block=128)]
+    try:
+        with devices.lease() as lease:
+            results = [(r.config_id, r.status) for r in lease.measure_all(batch, 10.0)]
+    finally:
+        devices.close()
+    assert sorted(results) == sorted([("fault0-block32", "ok"), ("fault3-block64", "crashed"),
+                                      ("fault0-block64", "ok"), ("fault4-block64", "timeout"),
+                                      ("fault1-block64", "wrong_result"), ("fault0-block128", "ok")]), results
+
+
 def test_the_pass_profile_charges_idle_gaps_to_the_innermost_host_step():
     """tools/profile_bench_pass.py: busy time is the union of kernel intervals; each idle gap is
     charged to the innermost host step running meanwhile, the rest to 'between steps'."""

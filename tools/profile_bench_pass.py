@@ -35,14 +35,15 @@ from aot_tune.manifest import load_manifest  # noqa: E402
 
 #: Host steps timed during the profiled passes: (owner, attribute, label). Nested steps win.
 HOST_STEPS = (
-    (measure, "prepare_config", "check: launch and set-up"),
-    (measure.Workload, "expected", "check: reference output"),
-    (measure.Workload, "rotation_for", "shape set-up: input sets"),
+    (measure, "_load_kernels", "pass set-up: loading kernels"),
+    (measure.Workload, "expected", "pass set-up: reference outputs"),
+    (measure.Workload, "rotation_for", "pass set-up: input sets"),
+    (measure._Check, "__init__", "check: queue check and probe launches"),
+    (measure._Check, "read", "check: wait, read"),
     (measure.Comparison, "verdict", "check: reading the comparison"),
-    (measure, "_warm_up", "warm-up probe"),
     (measure.ConfigTiming, "capture", "graph capture"),
-    (measure.ConfigTiming, "start", "start: rewarm, enqueue"),
-    (measure, "_replay_writes", "start: graph replay check"),
+    (measure.ConfigTiming, "start", "start: rewarm, queue timed launches"),
+    (measure, "_poison_and_replay", "start: graph write check"),
     (measure.ConfigTiming, "finish", "finish: wait, read"),
     (GpuClocks, "read", "clock reads (NVML)"),
 )

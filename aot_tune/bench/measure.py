@@ -5,27 +5,32 @@ reference under a dtype-aware relative tolerance; NaN, Inf or a wrong shape neve
 Consecutive configs are checked on different input sets, so a config that writes nothing cannot
 pass on the output its predecessor left in a reused buffer.
 
-Timing (CUDA), in three steps:
+Timing (CUDA):
 
-1. Probe with back-to-back launches (one, then sixteen if it may be host-bound, then a batch
-   sized to end the probe) until ``PROBE_MS`` of GPU time (or all of ``warmup_ms``, if less)
-   has run; the last batch gives the per-launch GPU time and the host time to issue one launch.
-   The rest of ``warmup_ms`` is enqueued right before the timed
-   launches, with no synchronization in between, so no batch overshoots the warm-up and the
-   GPU does not idle while the host waits for each batch. Short kernels finish their warm-up as
-   graph replays (step 2), at full GPU speed.
+1. A probe launch right after the check launch, each between a pair of CUDA events, queued
+   behind other work (or behind ``SPACER_MS`` of GPU spinning when too little is queued) so
+   the events time the kernel and not the host issuing it. It gives the per-launch GPU time
+   and the host time to issue one launch. The rest of ``warmup_ms`` (at least ``REWARM_MS``)
+   runs right before the timed launches.
 2. Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
    host are timed as CUDA-graph replays of many launches, so host launch overhead cannot leak
    into the samples; the others get a pair of CUDA events around each launch. The run count is
-   sized from the warm estimate to fill ``rep_ms`` of GPU time.
+   sized from the probe to fill ``rep_ms`` of GPU time; samples that fall short of
+   ``TOP_UP_BELOW`` of it get more.
 3. Cold L2 without a flush kernel: timed launches cycle through enough independent input sets
    that every launch reads inputs other launches have pushed out of L2 (``l2_flush_bytes`` of
-   other inputs in between, twice the device's L2 by default). The GPU spends the whole timed
-   phase in the kernel under test, instead of zeroing a 256 MB buffer before every run.
+   other inputs in between, twice the device's L2 by default), one cycle across all of a
+   shape's configs, the probe included. The GPU spends the whole timed phase in the kernel
+   under test, instead of zeroing a 256 MB buffer before every run.
 
-The configs of one shape are measured as a pipeline that keeps the GPU busy: the host captures
-the next config's CUDA graph (one Python launch per captured launch, the costly part of timing a
-short kernel) while the GPU runs the previous config's timed launches.
+The configs of one shape are measured as a pipeline in which the host never waits for an idle
+GPU: every config's kernels are loaded first (a load synchronizes the device), then the GPU runs
+check(i+1) and probe(i+1) queued between timed(i-1) and timed(i). The host reads config i+1's
+check while timed(i) runs, and captures its CUDA graph then. Device values (the comparison, the
+graph's write check) are read through pinned copies with their own events: ``.item()`` would
+wait for all the work queued after them. Since several configs have work queued at once, the
+worker is told which ones before every wait (``announce``): a fault that kills the context is
+pinned on one config by the pool measuring those again one at a time.
 
 Interpreter: wall clock on the CPU, a functional check with a rough time; its table is only
 ever used under the interpreter.
@@ -33,6 +38,7 @@ ever used under the interpreter.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 import warnings
 import zlib
@@ -41,6 +47,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..loading import resolve
 from ..runtime import launch_with_config
+from ..triton_compat import load_instead_of_launch
 from .nvml import ClockReading, GpuClocks
 from .records import BenchRequest, BenchSettings, ConfigMeasurement
 
@@ -60,14 +67,15 @@ MAX_INPUT_SETS = 1024
 ROTATION_MEMORY_SHARE = 0.25
 MIN_SAMPLES = 10
 MAX_SAMPLES = 10_000
-MAX_WARMUP_BATCH = 4096
-#: Launches after which a short or host-bound kernel stops its launch-by-launch warm-up.
-PROBE_LAUNCHES = 16
-#: GPU time of the synchronized warm-up probe that estimates a launch's time; the rest of the
-#: warm-up runs unsynchronized right before the timed launches.
-PROBE_MS = 0.5
-#: GPU time of launches right before the timed ones (other work may have run since the warm-up).
+MAX_WARMUP_LAUNCHES = 4096
+#: GPU time of launches right before the timed ones (other work ran since the check and probe).
 REWARM_MS = 0.5
+#: Samples that cover less than this share of ``rep_ms`` (the probe overestimated the kernel)
+#: get more.
+TOP_UP_BELOW = 0.8
+#: Idle GPU work queued before a check when less than this is queued (``torch.cuda._sleep``),
+#: so the check's and probe's event pairs time the kernel rather than the host issuing it.
+SPACER_MS = 1.0
 INTERPRETER_MAX_RUNS = 3
 
 
@@ -93,6 +101,7 @@ class Workload:
         self._sets: list[tuple] = []
         self._expected: dict[int, Any] = {}
         self._checked = 0
+        self._cursor = 0  # the next input set of the timing rotation
         self.tolerance = TOLERANCE.get(request.dtype, 1e-2)
         self.rotation: Rotation | None = None
         self.inputs(0)  # fail here, once per shape, if the input builder is broken
@@ -119,6 +128,14 @@ class Workload:
         index = self._checked % CHECK_SETS
         self._checked += 1
         return index
+
+    def take_sets(self, count: int) -> int:
+        """The first of the next ``count`` input sets of the rotation: one cycle over all sets
+        across the shape's configs, so every launch reads the set left untouched the longest
+        (cold in L2). ``rotation_for`` decides the sets first."""
+        first = self._cursor
+        self._cursor = (first + count) % self.rotation.sets
+        return first
 
     def run(self, index: int, config: dict) -> Any:
         return launch_with_config(self.launch, self.inputs(index), config, kernel=self.kernel)
@@ -172,6 +189,29 @@ def _all_zero(inputs: tuple) -> bool:
     return bool(tensors) and all(not x.any().item() for x in tensors)
 
 
+class DeviceValues:
+    """A small device tensor copied to pinned host memory right behind the work that computes
+    it, and read once that copy is done. Waiting for the copy's event does not wait for work
+    queued after it, as ``.item()`` or ``.tolist()`` would (their copy queues behind all of it)."""
+
+    def __init__(self, values: Any) -> None:
+        import torch
+
+        self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+        self._host.copy_(values, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+
+    def read(self) -> Any:
+        self._copied.synchronize()
+        return self._host.tolist()
+
+
+def _later(values: Any) -> Any:
+    """``values`` to read later: through pinned memory on a GPU, as they are on the CPU."""
+    return DeviceValues(values) if values.is_cuda else values
+
+
 class Comparison:
     """An output against its reference, computed on the device in float64 and read later, so
     the check needs no synchronization of its own. NaN, Inf or a wrong shape never pass."""
@@ -185,20 +225,24 @@ class Comparison:
             self._shape_error = f"output shape {tuple(output.shape)} != reference {tuple(expected.shape)}"
             return
         out, ref = output.double(), expected.double()
-        self._values = torch.stack([torch.isfinite(out).all().double(), torch.linalg.vector_norm(out - ref),
-                                    torch.linalg.vector_norm(ref)])
+        self._values = _later(torch.stack([torch.isfinite(out).all().double(), torch.linalg.vector_norm(out - ref),
+                                           torch.linalg.vector_norm(ref)]))
 
     def verdict(self, tolerance: float) -> tuple[bool, float, str]:
         """(passed, relative error, why not); waits for the comparison if it has not run yet."""
         if self._values is None:
             return False, math.inf, self._shape_error
-        finite, diff, norm = self._values.tolist()
+        finite, diff, norm = _read(self._values)
         if not finite:
             return False, math.inf, "output has NaN or Inf"
         error = diff / max(norm, 1e-30)
         if error > tolerance:
             return False, error, f"relative error {error:.3g} exceeds {tolerance:g}"
         return True, error, ""
+
+
+def _read(values: Any) -> Any:
+    return values.read() if isinstance(values, DeviceValues) else values.tolist()
 
 
 def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, float, str]:
@@ -214,200 +258,39 @@ class Timing:
     cold_l2: bool = False
 
 
-Announce = Callable[[str, str], None]  # (config id, phase) before each phase that may crash or hang
+#: (configs with work on the device now, phase): said before each step that may crash or hang.
+Announce = Callable[[tuple[str, ...], str], None]
 
 
 def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
                     clocks: GpuClocks | None = None, announce: Announce | None = None) -> Iterator[ConfigMeasurement]:
-    """Check and time configs of one (kernel, shape, dtype), one after another, keeping the GPU
-    busy: while the GPU runs one config's timed launches, the host captures the next config's
-    CUDA graph (the costly part of timing a short kernel: one Python launch per captured
-    launch). So the GPU work is check(i), warm-up(i), timed(i-1), check(i+1), ..., and each
-    result is yielded when it is complete (a passing config's one step after its check).
-    Loading a kernel's binary synchronizes the device, so it is left to the check's launch,
-    when the GPU has nothing queued anyway. Never raises for a kernel fault: it becomes the
-    config's result."""
-    announce = announce or (lambda config_id, phase: None)
-    pending: ConfigTiming | None = None
-    for request in requests:
-        announce(request.config_id, "check")
-        prepared = prepare_config(request, workload, backend, l2_bytes, clocks)
-        if isinstance(prepared, ConfigMeasurement):
-            yield prepared
-            continue
-        if pending is not None:
-            announce(pending.request.config_id, "time")
-            pending.start()
-        announce(request.config_id, "capture")
-        prepared.capture()  # host work, overlapping the GPU work just started
-        if pending is not None:
-            announce(pending.request.config_id, "time")
-            yield pending.finish()
-        pending = prepared
-    if pending is not None:
-        announce(pending.request.config_id, "time")
-        pending.start()
-        yield pending.finish()
+    """Check and time configs of one (kernel, shape, dtype), yielding each result when it is
+    complete (on a GPU, as one pipelined pass; see the module doc). Never raises for a kernel
+    fault: it becomes the config's result."""
+    announce = announce or (lambda config_ids, phase: None)
+    if backend != "cuda":
+        for request in requests:
+            announce((request.config_id,), "check")
+            yield measure_wall(request, workload)
+        return
+    yield from _Pass(workload, l2_bytes, clocks, announce).measure(list(requests))
 
 
-def prepare_config(request: BenchRequest, workload: Workload, backend: str, l2_bytes: int,
-                   clocks: GpuClocks | None) -> "ConfigTiming | ConfigMeasurement":
-    """Check the config against the reference and warm it up (which decides how it is timed);
-    a failure is returned as its measurement. The comparison is enqueued behind the check's
-    launch and read after the warm-up probe's first batch: one device synchronization for both."""
+def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement:
+    """Interpreter: the check, then a rough wall-clock time of a few runs on the CPU."""
     index = workload.next_check_set()
     began = time.perf_counter()
     try:
         run = workload.runner(request)
-        output = run(index)  # the first synchronization also surfaces a fault of this launch
-        comparison = Comparison(output, workload.expected(index))
-        del output
-        if backend != "cuda":
-            ok, error, message = comparison.verdict(workload.tolerance)
-            if not ok:
-                return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
-            return ConfigTiming(request, None, error, {"check": time.perf_counter() - began}, wall=lambda: run(index))
-        rotation = workload.rotation_for(request.settings, l2_bytes)
-        checked = time.perf_counter()
-        gpu_ms, host_ms, next_set, warmed_ms = _warm_up(run, rotation.sets, request.settings.warmup_ms)
-        ok, error, message = comparison.verdict(workload.tolerance)  # complete since the probe's first sync
+        ok, error, message = Comparison(run(index), workload.expected(index)).verdict(workload.tolerance)
         if not ok:
             return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
-        phases = {"check": checked - began, "warmup": time.perf_counter() - checked}
-        return ConfigTiming(request, clocks, error, phases, launch=run, rotation=rotation,
-                            gpu_ms=gpu_ms, host_ms=host_ms, next_set=next_set, warmed_ms=warmed_ms)
+        checked = time.perf_counter()
+        timing = time_wall(lambda: run(index), request.settings)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
         return _runtime_error(request, exc)
-
-
-def _runtime_error(request: BenchRequest, exc: BaseException) -> ConfigMeasurement:
-    return ConfigMeasurement(request.config_id, "runtime_error", f"{type(exc).__name__}: {exc}"[:500])
-
-
-class ConfigTiming:
-    """The timing of one checked, warmed-up config, in three steps the caller can interleave with
-    another config's: ``capture`` (host only: the CUDA graph of a short kernel), ``start``
-    (enqueue the timed launches, asynchronously) and ``finish`` (synchronize, read the samples).
-
-    Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
-    host are timed as replays of a graph of ``k`` launches over all rotating input sets (so
-    host launch overhead cannot leak into the samples and the cold-L2 property holds inside the
-    graph); the others get a pair of CUDA events around each launch. Sample counts fill
-    ``rep_ms`` of GPU time.
-    """
-
-    def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float,
-                 phases: dict[str, float], *, wall: Callable[[], Any] | None = None,
-                 launch: Callable[[int], Any] | None = None, rotation: Rotation | None = None,
-                 gpu_ms: float = 0.0, host_ms: float = 0.0, next_set: int = 0, warmed_ms: float = 0.0) -> None:
-        self.request = request
-        self.settings = request.settings
-        self._clocks, self._error = clocks, error
-        self._clocks_start = ClockReading()
-        self.phases = phases
-        self._wall, self._launch, self._rotation = wall, launch, rotation
-        self._gpu_ms, self._host_ms, self._next_set, self._warmed_ms = gpu_ms, host_ms, next_set, warmed_ms
-        self._graph: Any = None
-        self._graph_output: Any = None
-        self._k = 1
-        self._events: list | None = None
-        self._failure: ConfigMeasurement | None = None
-        self.method = "wall" if wall is not None else ("graph" if _graph_timed(gpu_ms, host_ms) else "events")
-
-    # -- capture: host only --------------------------------------------------------------------
-    def capture(self) -> None:
-        """Capture the graph of a short kernel on a side stream without synchronizing the device,
-        so the GPU goes on with work enqueued before. A launch function that cannot be captured
-        (it synchronizes, say) is timed with events instead."""
-        if self.method != "graph":
-            return
-        began = time.perf_counter()
-        rotation = self._rotation
-        self._k = _clamp(max(math.ceil(GRAPH_SAMPLE_MS / max(self._gpu_ms, 1e-4)), rotation.sets), 1,
-                         MAX_GRAPH_LAUNCHES)
-        try:
-            self._graph, self._graph_output = _capture(self._launch, self._k, self._next_set, rotation.sets)
-        except Exception:  # noqa: BLE001 - capture is an optimization; a failed one falls back
-            self.method, self._graph = "events", None
-        self.phases["capture"] = time.perf_counter() - began
-
-    # -- start: enqueue, asynchronously --------------------------------------------------------
-    def start(self) -> None:
-        if self.method == "wall":
-            return
-        try:
-            rewarming = time.perf_counter()
-            replay_ms = self._graph_writes() if self.method == "graph" else None
-            if self.method == "graph" and replay_ms is None:
-                self.method, self._graph = "events", None
-            # The rest of the warm-up (graph replays run at full GPU speed), then at least
-            # REWARM_MS, as the other config's work ran since this one's warm-up.
-            rewarm_ms = max(REWARM_MS, self.settings.warmup_ms - self._warmed_ms)
-            if self.method == "graph":
-                graph = self._graph
-                per_sample = max(replay_ms, 1e-4)
-                for _ in range(_clamp(math.ceil(rewarm_ms / per_sample) - 1, 0, MAX_SAMPLES)):
-                    graph.replay()
-                self.phases["rewarm"] = time.perf_counter() - rewarming
-                began = time.perf_counter()
-                runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
-                self._events = _record_events(runs, lambda _: graph.replay())
-            else:
-                launch, sets = self._launch, self._rotation.sets
-                rewarm = _clamp(math.ceil(rewarm_ms / max(self._gpu_ms, 1e-4)), 1, MAX_WARMUP_BATCH)
-                for i in range(rewarm):
-                    launch((self._next_set + i) % sets)
-                first = (self._next_set + rewarm) % sets  # the rotation goes on: the timed launches stay cold
-                self.phases["rewarm"] = time.perf_counter() - rewarming
-                began = time.perf_counter()
-                runs = _clamp(math.ceil(self.settings.rep_ms / max(self._gpu_ms, 1e-4)), MIN_SAMPLES, MAX_SAMPLES)
-                self._events = _record_events(runs, lambda i: launch((first + i) % sets))
-            self.phases["enqueue"] = time.perf_counter() - began
-            self._clocks_start = self._read_clocks()  # the GPU is running the launches just enqueued
-        except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
-            self._failure = _runtime_error(self.request, exc)
-
-    def _graph_writes(self) -> float | None:
-        """GPU ms of one replay of the graph if it writes the last captured launch's output (poison
-        it, replay, look), else None; a capture that recorded nothing is retried once, synchronously."""
-        replay_ms = _replay_writes(self._graph, self._graph_output)
-        if replay_ms is not None:
-            return replay_ms
-        self._graph, self._graph_output = _capture(self._launch, self._k, self._next_set, self._rotation.sets)
-        return _replay_writes(self._graph, self._graph_output)
-
-    def _read_clocks(self) -> ClockReading:
-        """SM and memory clocks now (NVML), read while this config's timed launches run."""
-        if self._clocks is None:
-            return ClockReading()
-        began = time.perf_counter()
-        reading = self._clocks.read()
-        self.phases["clocks"] = self.phases.get("clocks", 0.0) + time.perf_counter() - began
-        return reading
-
-    # -- finish: synchronize and read ----------------------------------------------------------
-    def finish(self) -> ConfigMeasurement:
-        if self._failure is not None:
-            return self._failure
-        clocks_end = self._read_clocks()  # before the synchronization: the timed launches still run
-        began = time.perf_counter()
-        try:
-            if self.method == "wall":
-                timing = time_wall(self._wall, self.settings)
-            else:
-                times = _read_events(self._events)
-                if self.method == "graph":
-                    times = [t / self._k for t in times]
-                cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._rotation.sets)
-                timing = Timing(times, self.method, self._k if self.method == "graph" else 1, cold)
-        except Exception as exc:  # noqa: BLE001
-            return _runtime_error(self.request, exc)
-        self.phases["timed"] = self.phases.pop("enqueue", 0.0) + time.perf_counter() - began
-        self._graph = self._graph_output = self._events = None
-        return ConfigMeasurement(self.request.config_id, "ok", times_ms=timing.times_ms, error_norm=self._error,
-                                 method=timing.method, launches_per_sample=timing.launches_per_sample,
-                                 cold_l2=timing.cold_l2, clocks_start=self._clocks_start, clocks_end=clocks_end,
-                                 phase_seconds=dict(self.phases))
+    return ConfigMeasurement(request.config_id, "ok", times_ms=timing.times_ms, error_norm=error, method="wall",
+                             phase_seconds={"check": checked - began, "timed": time.perf_counter() - checked})
 
 
 def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
@@ -421,45 +304,318 @@ def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
     return Timing(times, "wall")
 
 
-def _warm_up(launch: Callable[[int], Any], sets: int, warmup_ms: float) -> tuple[float, float, int, float]:
-    """(GPU ms per launch, host ms to issue one launch, next input set, GPU ms warmed up), from a
-    probe of back-to-back launches that runs until ``PROBE_MS`` (at most ``warmup_ms``) of GPU
-    time: enough for a warm estimate; ``ConfigTiming.start`` enqueues the rest of the warm-up.
-    One launch first; if it looks short or host-bound, ``PROBE_LAUNCHES`` launches decide that
-    (it will be timed as graph replays, which finish its warm-up at full GPU speed); the last
-    batch is sized from the estimate to end the probe. Each batch costs a device sync,
-    so a probe takes two or three instead of one per doubling."""
-    import torch
+class _Pass:
+    """One pipelined pass over a shape's configs on a GPU. In steady state the GPU queue holds
+    timed(i-1), then check(i+1) with its probe, then timed(i); the host waits only for work
+    that is already running, so the GPU does not idle between configs."""
 
-    target = min(warmup_ms, PROBE_MS)
-    batch, spent, issued = 1, 0.0, 0
-    while True:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    def __init__(self, workload: Workload, l2_bytes: int, clocks: GpuClocks | None, announce: Announce) -> None:
+        self.workload, self.l2_bytes, self.clocks, self.announce = workload, l2_bytes, clocks, announce
+        self.in_flight: list[str] = []  # configs with work queued on the GPU and no result yet
+        #: how much longer the probe's one launch took than a launch inside a graph, so far (ms):
+        #: the event pair and launch overhead a graph replay does not pay
+        self.probe_overheads: list[float] = []
+
+    def measure(self, requests: list[BenchRequest]) -> Iterator[ConfigMeasurement]:
+        if not requests:
+            return
+        self.in_flight = [r.config_id for r in requests]
+        self._say("load")
+        _load_kernels(requests, self.workload)
+        try:
+            rotation = self.workload.rotation_for(requests[0].settings, self.l2_bytes)
+            for index in range(CHECK_SETS):
+                self.workload.expected(index)  # reference outputs now: they synchronize (all-zero test)
+        except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
+            for request in requests:
+                yield _runtime_error(request, exc)
+            return
+        self.in_flight = []
+        running: ConfigTiming | None = None  # timed launches queued, samples not read
+        ready: ConfigTiming | None = None  # checked and captured, nothing of its timing queued
+        for request in requests:
+            busy = running is not None and running.queued_for(SPACER_MS)
+            check = _Check(request, self.workload, rotation, gpu_busy=busy)
+            self.in_flight.append(request.config_id)
+            if ready is not None:
+                ready.start()
+            if running is not None:
+                yield self._finish(running)
+            running, ready = ready, None
+            self._say("check")
+            prepared = check.read(self.clocks)
+            if isinstance(prepared, ConfigMeasurement):
+                self.in_flight.remove(request.config_id)
+                yield prepared
+                continue
+            prepared.capture(statistics.median(self.probe_overheads) if self.probe_overheads else 0.0)
+            ready = prepared
+        if ready is not None:
+            ready.start()
+        for timing in (running, ready):
+            if timing is not None:
+                yield self._finish(timing)
+
+    def _finish(self, timing: "ConfigTiming") -> ConfigMeasurement:
+        self._say("time")
+        result = timing.finish()
+        self.in_flight.remove(timing.request.config_id)
+        if timing.probe_overhead_ms is not None:
+            self.probe_overheads.append(timing.probe_overhead_ms)
+        return result
+
+    def _say(self, phase: str) -> None:
+        self.announce(tuple(self.in_flight), phase)
+
+
+def _load_kernels(requests: Sequence[BenchRequest], workload: Workload) -> None:
+    """Load every config's kernels before anything is queued: a load synchronizes the device, so
+    one inside the pass would drain the queue. A config whose load fails is left to its check."""
+    with load_instead_of_launch():
+        for request in requests:
+            if request.plain:
+                continue
+            try:
+                launch_with_config(workload.launch, workload.inputs(0), dict(request.config),
+                                   kernel=workload.kernel, hooks=False)
+            except Exception:  # noqa: BLE001 - the check's launch raises it again, as the config's result
+                pass
+
+
+class _Check:
+    """A config's check launch, its comparison with the reference and one probe launch, each
+    launch between CUDA events, all queued without waiting; ``read`` waits for them."""
+
+    def __init__(self, request: BenchRequest, workload: Workload, rotation: Rotation, gpu_busy: bool) -> None:
+        import torch
+
+        self.request, self.workload, self.rotation = request, workload, rotation
+        self.failure: ConfigMeasurement | None = None
         began = time.perf_counter()
-        start.record()
-        for _ in range(batch):
-            launch(issued % sets)
-            issued += 1
-        end.record()
-        host = (time.perf_counter() - began) * 1e3
-        end.synchronize()
-        gpu = start.elapsed_time(end)
-        spent += gpu
-        gpu_ms, host_ms = gpu / batch, host / batch
-        if spent >= target or batch >= MAX_WARMUP_BATCH or (batch >= PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms)):
-            return gpu_ms, host_ms, issued % sets, spent
-        if batch < PROBE_LAUNCHES and _graph_timed(gpu_ms, host_ms):
-            batch = PROBE_LAUNCHES  # (a first launch's host time is an upper bound: others are not host-bound)
-        else:
-            batch = _clamp(math.ceil((target - spent) / max(gpu_ms, 1e-4)), 1, MAX_WARMUP_BATCH)
+        try:
+            if not gpu_busy:
+                _keep_busy(SPACER_MS)
+            index = workload.next_check_set()
+            self.run = run = workload.runner(request)
+            self.events = events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            events[0].record()
+            output = run(index)
+            events[1].record()
+            self.comparison = Comparison(output, workload.expected(index))
+            del output
+            self.probe_set = workload.take_sets(1)
+            if self.probe_set == index and rotation.sets > 1:  # the check just read it: warm in L2
+                self.probe_set = workload.take_sets(1)
+            events[2].record()
+            issued = time.perf_counter()
+            run(self.probe_set)
+            self.host_ms = (time.perf_counter() - issued) * 1e3
+            events[3].record()
+        except Exception as exc:  # noqa: BLE001 - a config that raises is a result
+            self.failure = _runtime_error(request, exc)
+        self.enqueue_seconds = time.perf_counter() - began
+
+    def read(self, clocks: GpuClocks | None) -> "ConfigTiming | ConfigMeasurement":
+        """The config's timing plan, or its failure (wrong result, a fault)."""
+        if self.failure is not None:
+            return self.failure
+        began = time.perf_counter()
+        try:
+            self.events[3].synchronize()
+            ok, error, message = self.comparison.verdict(self.workload.tolerance)
+            if not ok:
+                return ConfigMeasurement(self.request.config_id, "wrong_result", message, error_norm=error)
+            check_ms = self.events[0].elapsed_time(self.events[1])
+            gpu_ms = self.events[2].elapsed_time(self.events[3])
+        except Exception as exc:  # noqa: BLE001
+            return _runtime_error(self.request, exc)
+        phases = {"check": self.enqueue_seconds + time.perf_counter() - began}
+        return ConfigTiming(self.request, clocks, error, phases, launch=self.run, rotation=self.rotation,
+                            gpu_ms=gpu_ms, host_ms=self.host_ms, warmed_ms=check_ms + gpu_ms,
+                            take_sets=self.workload.take_sets)
+
+
+def _runtime_error(request: BenchRequest, exc: BaseException) -> ConfigMeasurement:
+    return ConfigMeasurement(request.config_id, "runtime_error", f"{type(exc).__name__}: {exc}"[:500])
+
+
+class ConfigTiming:
+    """The timing of one checked config, in three steps the pass interleaves with other configs'
+    work: ``capture`` (host only: the CUDA graph of a short kernel), ``start`` (queue the rest
+    of the warm-up and the timed launches) and ``finish`` (wait for them, read the samples).
+
+    Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
+    host are timed as replays of a graph of ``k`` launches over all rotating input sets (so
+    host launch overhead cannot leak into the samples and the cold-L2 property holds inside the
+    graph); the others get a pair of CUDA events around each launch. Sample counts fill
+    ``rep_ms`` of GPU time.
+    """
+
+    def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float, phases: dict[str, float], *,
+                 launch: Callable[[int], Any], rotation: Rotation, gpu_ms: float, host_ms: float, warmed_ms: float,
+                 take_sets: Callable[[int], int]) -> None:
+        self.request = request
+        self.settings = request.settings
+        self._clocks, self._error = clocks, error
+        self._clocks_start = ClockReading()
+        self.phases = phases
+        self._launch, self._rotation = launch, rotation
+        self._gpu_ms, self._host_ms, self._warmed_ms, self._take_sets = gpu_ms, host_ms, warmed_ms, take_sets
+        self._graph: Any = None
+        self._graph_output: Any = None
+        self._unwritten: Any = None
+        self._k = 1
+        self._replay_estimate_ms = 0.0
+        #: probe time less the time of one launch in the graph, once a graph-timed config has finished
+        self.probe_overhead_ms: float | None = None
+        self._events: list | None = None
+        self._failure: ConfigMeasurement | None = None
+        self.method = "graph" if _graph_timed(gpu_ms, host_ms) else "events"
+
+    # -- capture: host only --------------------------------------------------------------------
+    def capture(self, probe_overhead_ms: float = 0.0) -> None:
+        """Capture the graph of a short kernel on a side stream without synchronizing the device,
+        so the GPU goes on with work queued before. A launch in the graph is estimated as the
+        probe's launch less ``probe_overhead_ms`` (what earlier graphs of the pass measured: the
+        event pair and launch overhead around one launch, microseconds that dominate a short
+        kernel's probe). A launch function that cannot be captured (it synchronizes, say) is
+        timed with events."""
+        if self.method != "graph":
+            return
+        began = time.perf_counter()
+        sets = self._rotation.sets
+        launch_ms = max(self._gpu_ms - probe_overhead_ms, self._gpu_ms / 4, 1e-4)
+        self._k = _clamp(max(math.ceil(GRAPH_SAMPLE_MS / launch_ms), sets), 1, MAX_GRAPH_LAUNCHES)
+        self._replay_estimate_ms = self._k * launch_ms
+        try:
+            self._graph, self._graph_output = _capture(self._launch, self._k, self._take_sets(0), sets)
+        except Exception:  # noqa: BLE001 - capture is an optimization; a failed one falls back
+            self.method, self._graph = "events", None
+        self.phases["capture"] = time.perf_counter() - began
+
+    # -- start: queue, asynchronously ----------------------------------------------------------
+    def start(self) -> None:
+        """Queue the rest of the warm-up (at least ``REWARM_MS``: another config ran since the
+        probe) and the timed launches, without waiting."""
+        try:
+            began = time.perf_counter()
+            rewarm_ms = max(REWARM_MS, self.settings.warmup_ms - self._warmed_ms)
+            if self.method == "graph":
+                graph, per_sample = self._graph, max(self._replay_estimate_ms, 1e-4)
+                self._take_sets(self._k)  # every replay reads the sets the graph captured
+                self._unwritten = _poison_and_replay(graph, self._graph_output)
+                for _ in range(_clamp(math.ceil(rewarm_ms / per_sample) - 1, 0, MAX_SAMPLES)):
+                    graph.replay()
+                self.phases["warmup"] = time.perf_counter() - began
+                began = time.perf_counter()
+                runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
+                self._events = _record_events(runs, lambda _: graph.replay())
+            else:
+                gpu_ms = max(self._gpu_ms, 1e-4)
+                rewarm = _clamp(math.ceil(rewarm_ms / gpu_ms), 1, MAX_WARMUP_LAUNCHES)
+                runs = _clamp(math.ceil(self.settings.rep_ms / gpu_ms), MIN_SAMPLES, MAX_SAMPLES)
+                launch = self._rotating_launch(rewarm + runs)
+                for i in range(rewarm):
+                    launch(i)
+                self.phases["warmup"] = time.perf_counter() - began
+                began = time.perf_counter()
+                self._events = _record_events(runs, lambda i: launch(rewarm + i))
+            self.phases["timed"] = time.perf_counter() - began
+            self._clocks_start = self._read_clocks()  # the GPU is running this config or the one before
+        except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
+            self._failure = _runtime_error(self.request, exc)
+
+    def _rotating_launch(self, count: int) -> Callable[[int], Any]:
+        """Launch ``i`` of the next ``count`` reads the i-th of the next input sets of the rotation."""
+        first, sets, launch = self._take_sets(count), self._rotation.sets, self._launch
+        return lambda i: launch((first + i) % sets)
+
+    def queued_for(self, ms: float) -> bool:
+        """Whether at least about ``ms`` of this config's timed launches have yet to start (an
+        event query, no wait): work queued now runs behind them, not on an idle GPU."""
+        if not self._events:
+            return False
+        per_sample = self._replay_estimate_ms if self.method == "graph" else self._gpu_ms
+        back = _clamp(math.ceil(ms / max(per_sample, 1e-4)), 1, len(self._events))
+        return not self._events[-back][0].query()
+
+    def _read_clocks(self) -> ClockReading:
+        """SM and memory clocks now (NVML), read while timed launches run."""
+        if self._clocks is None:
+            return ClockReading()
+        began = time.perf_counter()
+        reading = self._clocks.read()
+        self.phases["clocks"] = self.phases.get("clocks", 0.0) + time.perf_counter() - began
+        return reading
+
+    # -- finish: wait and read -----------------------------------------------------------------
+    def finish(self) -> ConfigMeasurement:
+        if self._failure is not None:
+            return self._failure
+        clocks_end = self._read_clocks()  # before the wait: the timed launches still run
+        began = time.perf_counter()
+        try:
+            times = _read_events(self._events)
+            if self.method == "graph" and self._unwritten is not None and _read(self._unwritten):
+                times = self._time_with_events()  # the replays did not write the output
+            times += self._top_up(times)
+            if self.method == "graph":
+                times = [t / self._k for t in times]
+                self.probe_overhead_ms = self._gpu_ms - statistics.median(times)
+        except Exception as exc:  # noqa: BLE001
+            return _runtime_error(self.request, exc)
+        if self._failure is not None:
+            return self._failure
+        self.phases["timed"] = self.phases.get("timed", 0.0) + time.perf_counter() - began
+        cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._rotation.sets)
+        self._graph = self._graph_output = self._events = None
+        return ConfigMeasurement(self.request.config_id, "ok", times_ms=times, error_norm=self._error,
+                                 method=self.method, launches_per_sample=self._k if self.method == "graph" else 1,
+                                 cold_l2=cold, clocks_start=self._clocks_start, clocks_end=clocks_end,
+                                 phase_seconds=dict(self.phases))
+
+    def _top_up(self, times: list[float]) -> list[float]:
+        """More samples when the probe's estimate was high and the samples cover less than
+        ``TOP_UP_BELOW`` of ``rep_ms`` (GPU ms of each, one untimed launch first: other work ran
+        since). Rare: queued behind the next config's work, they make the host wait for it."""
+        if self._failure is not None or not times:
+            return []
+        per_sample = statistics.median(times)
+        missing = self.settings.rep_ms - sum(times)
+        if missing <= (1 - TOP_UP_BELOW) * self.settings.rep_ms or len(times) >= MAX_SAMPLES:
+            return []
+        extra = _clamp(math.ceil(missing / max(per_sample, 1e-4)), 1, MAX_SAMPLES - len(times))
+        if self.method == "graph":
+            graph = self._graph
+            graph.replay()
+            return _read_events(_record_events(extra, lambda _: graph.replay()))
+        launch = self._rotating_launch(extra + 1)
+        launch(0)
+        return _read_events(_record_events(extra, lambda i: launch(i + 1)))
+
+    def _time_with_events(self) -> list[float]:
+        """Time again with an event pair per launch: a graph whose replays leave the output
+        unwritten recorded nothing of the launch (it ran outside the capture)."""
+        self.method, self._graph, self._k = "events", None, 1
+        self.start()
+        return _read_events(self._events) if self._failure is None else []
 
 
 def _graph_timed(gpu_ms: float, host_ms: float) -> bool:
     return gpu_ms < GRAPH_BELOW_MS or gpu_ms < HOST_BOUND_RATIO * host_ms
 
 
+def _keep_busy(ms: float) -> None:
+    """Queue about ``ms`` of GPU spinning (at 2 GHz; longer at lower clocks)."""
+    import torch
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(int(ms * 2e6))
+
+
 def _record_events(runs: int, body: Callable[[int], Any]) -> list:
-    """Enqueue ``body(i)`` for i in range(runs) with a pair of CUDA events around each call."""
+    """Queue ``body(i)`` for i in range(runs) with a pair of CUDA events around each call."""
     import torch
 
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
@@ -484,7 +640,8 @@ def _read_events(pairs: list) -> list[float]:
 def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) -> tuple[Any, Any]:
     """A graph of ``k`` launches cycling through the input sets, captured on a side stream.
     Unlike ``torch.cuda.graph``, this neither synchronizes the device nor collects garbage
-    first, so work already enqueued keeps the GPU busy meanwhile."""
+    first, so work already queued keeps the GPU busy meanwhile (measured: capturing waits for
+    none of it)."""
     import torch
 
     graph = torch.cuda.CUDAGraph()
@@ -492,7 +649,7 @@ def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) ->
     stream.wait_stream(torch.cuda.current_stream())  # inputs were written on the current stream
     last = None
     with warnings.catch_warnings(), torch.cuda.stream(stream):
-        warnings.filterwarnings("ignore", message="The CUDA Graph is empty")  # caught by the replay check
+        warnings.filterwarnings("ignore", message="The CUDA Graph is empty")  # caught by the write check
         graph.capture_begin(capture_error_mode="thread_local")
         try:
             for i in range(k):
@@ -503,22 +660,17 @@ def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) ->
     return graph, last
 
 
-def _replay_writes(graph: Any, output: Any) -> float | None:
-    """GPU ms of one replay if replaying writes the last captured launch's output (poison the
-    output, replay twice, look), else None. The second replay is the one timed: the first may pay
-    the graph's upload. Outputs that are not floating-point tensors cannot be poisoned: trusted."""
+def _poison_and_replay(graph: Any, output: Any) -> Any:
+    """Queue: NaN into the last captured launch's output, one replay, then whether the output is
+    still all NaN (read after the timed replays; None when the output cannot be poisoned: not a
+    floating-point tensor). The replay also pays the graph's upload."""
     import torch
 
     poisoned = isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel() > 0
     if poisoned:
         output.fill_(float("nan"))
     graph.replay()
-    pairs = _record_events(1, lambda _: graph.replay())
-    unwritten = torch.isnan(output).all() if poisoned else None
-    replay_ms = _read_events(pairs)[0]
-    if unwritten is not None and bool(unwritten.item()):  # enqueued before the read: no second wait
-        return None
-    return replay_ms
+    return _later(torch.isnan(output).all()) if poisoned else None
 
 
 def _clamp(value: int, low: int, high: int) -> int:

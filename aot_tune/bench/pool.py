@@ -38,6 +38,15 @@ class _Worker:
     info: DeviceInfo
 
 
+@dataclass(frozen=True)
+class _Suspects:
+    """Configs that had work on a device when its worker died, hung or lost its CUDA context."""
+
+    config_ids: tuple[str, ...]
+    status: str  # what the culprit gets: crashed or timeout
+    reason: str
+
+
 class DeviceLease:
     """A device held by one bench task; sends it the task's configs and collects the results."""
 
@@ -61,17 +70,22 @@ class DeviceLease:
 
     def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> Iterator[ConfigMeasurement]:
         """One result per request, as each completes (not in request order; iterate to the end,
-        the worker's last message is read then). A config that kills
-        the worker or runs past ``timeout_s`` in one step is recorded as crashed or timed out (the
-        worker names each config before each step), and the configs without a result yet go to
-        a fresh worker."""
+        the worker's last message is read then). A config that kills the worker or runs past
+        ``timeout_s`` in one step is recorded as crashed or timed out, and the configs without a
+        result yet go to a fresh worker. The worker names the configs with work on the device
+        before each step; when a death, a hang or a lost CUDA context leaves several of them
+        suspect, each is measured again on its own, so only the culprit is blamed."""
         remaining = list(requests)
         while remaining:
             done: set[str] = set()
-            culprit: ConfigMeasurement | None = None
+            suspects: tuple[str, ...] = ()
             for message in self._exchange(remaining, timeout_s):
-                if isinstance(message, ConfigMeasurement):  # the worker died or hung on this config
-                    culprit = message
+                if isinstance(message, _Suspects):
+                    if len(message.config_ids) == 1:  # the only config on the device: its fault
+                        done.add(message.config_ids[0])
+                        yield ConfigMeasurement(message.config_ids[0], message.status, message.reason)
+                    else:
+                        suspects = message.config_ids
                     break
                 result, hits, misses, usable = message
                 self.cache_hits += hits
@@ -81,37 +95,42 @@ class DeviceLease:
                 if not usable:  # the worker is exiting; the rest go to a fresh one
                     self._pool.discard(self.index)
                     break
-            if culprit is not None:
-                done.add(culprit.config_id)
-                yield culprit
+            for request in [r for r in remaining if r.config_id in suspects and r.config_id not in done]:
+                for result in self.measure_all([request], timeout_s):  # alone: it cannot have suspects
+                    done.add(result.config_id)
+                    yield result
             remaining = [r for r in remaining if r.config_id not in done]
 
     def _exchange(self, batch: list[BenchRequest], timeout_s: float) -> Iterator:
-        """The worker's results for a batch, then stop; or a crashed/timeout measurement for the
-        config it was on when it died or stopped answering (it is then discarded)."""
+        """The worker's results for a batch, then stop; or, when it died, stopped answering or
+        lost its CUDA context, the configs that had work on the device then (it is discarded)."""
         worker = self._pool.worker(self.index)
-        current = batch[0].config_id
+        current: tuple[str, ...] = (batch[0].config_id,)
         try:
             worker.conn.send(batch)
             while True:
                 if not worker.conn.poll(timeout_s):
                     self._pool.discard(self.index)
-                    yield ConfigMeasurement(current, "timeout", f"no progress within {timeout_s:.0f} s")
+                    yield _Suspects(current, "timeout", f"no progress within {timeout_s:.0f} s")
                     return
                 message = worker.conn.recv()
                 if message[0] == "phase":
-                    current = message[1]
+                    current = tuple(message[1])
                 elif message[0] == "result":
                     yield message[1:]
                     if not message[4]:
                         return
+                elif message[0] == "unattributed":
+                    self._pool.discard(self.index)
+                    yield _Suspects(tuple(message[1]), "crashed", message[2])
+                    return
                 else:  # "done"
                     return
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(5)
             code = worker.process.exitcode
             self._pool.discard(self.index)
-            yield ConfigMeasurement(current, "crashed", f"device worker died (exit code {code})")
+            yield _Suspects(current, "crashed", f"device worker died (exit code {code})")
 
 
 class DevicePool:

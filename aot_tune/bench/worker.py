@@ -20,11 +20,14 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     server, before the lazy reads of the knobs: aot_tune.forkserver_preload), then serve batches.
 
     A batch is a list of requests for one (kernel, shape, dtype). The worker sends, in order:
-    ``("phase", config_id, phase)`` before each step that may crash or hang (so the pool knows
-    whose fault a death or a hang is), ``("result", measurement, cache hits, cache misses,
-    usable)`` for each config, and ``("done",)`` at the end. After a sticky CUDA error (illegal
-    address, launch failure) the context is unusable: the worker says so and exits, and the pool
-    gives the configs that have no result yet to a fresh one.
+    ``("phase", config_ids, phase)`` before each step that may crash or hang, naming the configs
+    with work on the device then (so the pool knows whose fault a death or a hang can be),
+    ``("result", measurement, cache hits, cache misses, usable)`` for each config, and
+    ``("done",)`` at the end. After a sticky CUDA error (illegal address, launch failure) the
+    context is unusable: the worker says so and exits, and the pool gives the configs that have
+    no result yet to a fresh one. If other configs had work on the device when the error
+    surfaced, the worker cannot tell whose it was: it sends ``("unattributed", config_ids,
+    message)`` instead, and the pool measures each of them again on its own.
     """
     from .. import forking, triton_compat
 
@@ -63,10 +66,19 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     conn.send(("done",))
                     continue
             counted = [counter.hits, counter.misses]
-            results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks,
-                                      announce=lambda config_id, phase: conn.send(("phase", config_id, phase)))
+            in_flight: list[tuple[str, ...]] = [()]
+
+            def announce(config_ids: tuple[str, ...], phase: str) -> None:
+                in_flight[0] = config_ids
+                conn.send(("phase", config_ids, phase))
+
+            results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks, announce=announce)
             for result in results:
                 usable = backend != "cuda" or result.ok or context_usable()
+                if not usable and set(in_flight[0]) - {result.config_id}:
+                    conn.send(("unattributed", in_flight[0],
+                               f"the CUDA context did not survive: {result.message}"[:500]))
+                    return
                 if not usable:
                     result.status = "crashed"
                     result.message = f"the CUDA context did not survive this config: {result.message}"[:500]
