@@ -14,7 +14,8 @@ It prints wall time per config, the share of wall time the GPU spent in the meas
 launches, and the spread of repeated medians of one config ((max - min) / median; lower is more
 repeatable). Then it sends planted faults (tools/planted_kernels.py) through a real device
 worker pool: a wrong result, NaN, an illegal memory access and a hang, each followed by a good
-config, to show rejection and isolation.
+config, to show rejection and isolation; then all of them in one batch with good configs between,
+to show that a pipelined pass still pins each fault on its own config.
 
 Usage (GPU machine): PYTHONPATH=. python3 tools/bench_overhead.py [--configs 8] [--repeats 3]
 """
@@ -188,8 +189,16 @@ def report(rows, totals, args) -> None:
               f"{statistics.median(r[6] for r in krows):.2%} vs do_bench {statistics.median(r[7] for r in krows):.2%}")
 
 
+def planted_request(fault: int, block: int, settings) -> BenchRequest:
+    return BenchRequest(kernel="planted", root=str(ROOT / "tools"), launch_ref="planted_kernels:launch",
+                        inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
+                        shape=(("n", 1 << 20),), dtype="float32", config_id=f"fault{fault}-block{block}",
+                        config=(("BLOCK", block), ("FAULT", fault)), settings=settings)
+
+
 def planted_faults(timeout_s: float) -> None:
-    """Faults through the real worker pool, each followed by a good config on the same GPU."""
+    """Faults through the real worker pool: each alone, followed by a good config on the same
+    GPU; then all in one batch, measured as one pipelined pass, as a bench task sends them."""
     from aot_tune.bench.pool import DevicePool
     from aot_tune.manifest import BenchSettings
 
@@ -201,11 +210,7 @@ def planted_faults(timeout_s: float) -> None:
         try:
             for fault, name in enumerate(names):
                 for config_fault in (fault, 0):
-                    request = BenchRequest(
-                        kernel="planted", root=str(ROOT / "tools"), launch_ref="planted_kernels:launch",
-                        inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
-                        shape=(("n", 1 << 20),), dtype="float32", config_id=f"fault{config_fault}",
-                        config=(("BLOCK", 1024), ("FAULT", config_fault)), settings=settings)
+                    request = planted_request(config_fault, 1024, settings)
                     began = time.perf_counter()
                     with pool.lease() as lease:
                         result = lease.measure(request, timeout_s)
@@ -214,6 +219,17 @@ def planted_faults(timeout_s: float) -> None:
                           f"{result.message[:90]}", flush=True)
                     if fault == 0:
                         break
+            batch = [planted_request(fault, block, settings)
+                     for fault, block in ((0, 256), (1, 256), (0, 512), (3, 256), (0, 2048), (2, 256), (4, 256), (0, 4096))]
+            print("one batch, several configs on the GPU at once (a death or hang leaves them all suspect; "
+                  "each is then measured alone):")
+            began = time.perf_counter()
+            with pool.lease() as lease:
+                results = {r.config_id: r for r in lease.measure_all(batch, timeout_s)}
+            for request in batch:
+                result = results[request.config_id]
+                print(f"  {request.config_id:18} -> {result.status:14} {result.message[:90]}")
+            print(f"  ({time.perf_counter() - began:.2f} s)", flush=True)
         finally:
             pool.close()
 
