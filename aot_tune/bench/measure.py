@@ -250,14 +250,6 @@ def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, fl
     return Comparison(output, expected).verdict(tolerance)
 
 
-@dataclass
-class Timing:
-    times_ms: list[float]
-    method: str
-    launches_per_sample: int = 1
-    cold_l2: bool = False
-
-
 #: (configs with work on the device now, phase): said before each step that may crash or hang.
 Announce = Callable[[tuple[str, ...], str], None]
 
@@ -286,14 +278,15 @@ def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement
         if not ok:
             return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
         checked = time.perf_counter()
-        timing = time_wall(lambda: run(index), request.settings)
+        times = time_wall(lambda: run(index), request.settings)
     except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
         return _runtime_error(request, exc)
-    return ConfigMeasurement(request.config_id, "ok", times_ms=timing.times_ms, error_norm=error, method="wall",
+    return ConfigMeasurement(request.config_id, "ok", times_ms=times, error_norm=error, method="wall",
                              phase_seconds={"check": checked - began, "timed": time.perf_counter() - checked})
 
 
-def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
+def time_wall(run: Callable[[], Any], settings: BenchSettings) -> list[float]:
+    """Wall ms of up to ``INTERPRETER_MAX_RUNS`` runs, fewer once ``rep_ms`` is spent."""
     times: list[float] = []
     spent = 0.0
     while len(times) < INTERPRETER_MAX_RUNS and (not times or spent < settings.rep_ms):
@@ -301,7 +294,7 @@ def time_wall(run: Callable[[], Any], settings: BenchSettings) -> Timing:
         run()
         times.append((time.perf_counter() - began) * 1e3)
         spent += times[-1]
-    return Timing(times, "wall")
+    return times
 
 
 class _Pass:
@@ -460,7 +453,7 @@ class ConfigTiming:
         self._clocks_start = ClockReading()
         self.phases = phases
         self._launch, self._rotation = launch, rotation
-        self._gpu_ms, self._host_ms, self._warmed_ms, self._take_sets = gpu_ms, host_ms, warmed_ms, take_sets
+        self._gpu_ms, self._warmed_ms, self._take_sets = gpu_ms, warmed_ms, take_sets
         self._graph: Any = None
         self._graph_output: Any = None
         self._unwritten: Any = None

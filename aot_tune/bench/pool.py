@@ -2,7 +2,8 @@
 
 Bench tasks run on threads of the tuning process; each leases a whole device for its shape, so
 shapes spread over the GPUs and no GPU ever runs two benchmarks at once. A worker that dies or
-hangs is killed and replaced; the config it was running is recorded as crashed or timed out.
+hangs is killed and replaced; the config it was running is recorded as crashed or timed out
+(when several configs had work queued on the GPU, each is first measured again alone).
 
 A GPU worker is forked from the fork server the compile workers come from (aot_tune.forking),
 which imported torch and triton once and never initialized CUDA: it initializes CUDA itself,
