@@ -9,12 +9,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from tunerun import REPO
+from tunerun import planted
 
 from aot_tune.bench.measure import MAX_INPUT_SETS, plan_rotation
 from aot_tune.bench.pool import DevicePool
 from aot_tune.bench.records import BenchRequest
-from aot_tune.manifest import BenchSettings
 from aot_tune.select import TIE_FLOOR, choose, median_interval, tied_with_fastest
 from aot_tune.tuning_schema import Measurement
 
@@ -88,18 +87,6 @@ def test_rotation_is_capped_by_memory_and_count_and_says_when_l2_stays_warm():
 
 
 # -- faults through a real device worker ---------------------------------------------------
-
-SETTINGS = BenchSettings(warmup_ms=1.0, rep_ms=1.0, l2_flush=True, l2_flush_bytes=None)
-
-
-def planted(fault: int, block: int = 64) -> BenchRequest:
-    return BenchRequest(
-        kernel="planted", root=str(REPO / "tools"), launch_ref="planted_kernels:launch",
-        inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
-        shape=(("n", 300),), dtype="float32", config_id=f"fault{fault}-block{block}",
-        config=(("BLOCK", block), ("FAULT", fault)), settings=SETTINGS,
-    )
-
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):

@@ -170,20 +170,14 @@ def test_a_fault_in_a_pipelined_pass_is_pinned_on_its_config(tmp_path):
     """A pass queues several configs' work on the GPU at once; an illegal memory access among
     them kills the context with all of them suspect. Each suspect is measured again alone, so
     only the faulty config is recorded as crashed and the good ones around it are timed."""
-    from tunerun import REPO
+    from tunerun import planted
 
     from aot_tune.bench.pool import DevicePool
-    from aot_tune.bench.records import BenchRequest
     from aot_tune.manifest import BenchSettings
 
     settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
-    faults = {"fault0-block256": 0, "fault1-block256": 1, "fault0-block512": 0, "fault3-block256": 3,
-              "fault0-block1024": 0, "fault0-block2048": 0}
-    batch = [BenchRequest(kernel="planted", root=str(REPO / "tools"), launch_ref="planted_kernels:launch",
-                          inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
-                          shape=(("n", 1 << 20),), dtype="float32", config_id=config_id,
-                          config=(("BLOCK", int(config_id.split("block")[1])), ("FAULT", fault)), settings=settings)
-             for config_id, fault in faults.items()]
+    batch = [planted(fault, block, n=1 << 20, settings=settings)
+             for fault, block in ((0, 256), (1, 256), (0, 512), (3, 256), (0, 1024), (0, 2048))]
     pool = DevicePool("cuda", 1, str(tmp_path / "triton-cache"))
     try:
         with pool.lease() as lease:

@@ -74,3 +74,18 @@ def tune(project: Path, *args: str, backend: str = "interpreter", check: bool = 
 def executed(proc: subprocess.CompletedProcess) -> list[str]:
     """Task names doit ran (it prints '.  name' for a run task and '-- name' for an up-to-date one)."""
     return [line[3:] for line in proc.stdout.splitlines() if line.startswith(".  ")]
+
+
+def planted(fault: int, block: int = 64, n: int = 300, settings=None):
+    """A bench request for one config of tools/planted_kernels.py (``FAULT``: 0 correct, 1 wrong,
+    2 NaN, 3 illegal address, 4 hang), id ``fault<F>-block<B>``."""
+    from aot_tune.bench.records import BenchRequest
+    from aot_tune.manifest import BenchSettings
+
+    return BenchRequest(
+        kernel="planted", root=str(REPO / "tools"), launch_ref="planted_kernels:launch",
+        inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
+        shape=(("n", n),), dtype="float32", config_id=f"fault{fault}-block{block}",
+        config=(("BLOCK", block), ("FAULT", fault)),
+        settings=settings or BenchSettings(warmup_ms=1.0, rep_ms=1.0, l2_flush=True, l2_flush_bytes=None),
+    )

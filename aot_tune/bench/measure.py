@@ -190,26 +190,27 @@ def _all_zero(inputs: tuple) -> bool:
 
 
 class DeviceValues:
-    """A small device tensor copied to pinned host memory right behind the work that computes
-    it, and read once that copy is done. Waiting for the copy's event does not wait for work
-    queued after it, as ``.item()`` or ``.tolist()`` would (their copy queues behind all of it)."""
+    """A small tensor to read later. On a GPU it is copied to pinned host memory right behind
+    the work that computes it, and read once that copy is done: waiting for the copy's event
+    does not wait for work queued after it, as ``.item()`` or ``.tolist()`` would (their copy
+    queues behind all of it). On the CPU it is read as it is."""
 
     def __init__(self, values: Any) -> None:
         import torch
 
+        self._copied = None
+        if not values.is_cuda:
+            self._host = values
+            return
         self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
         self._host.copy_(values, non_blocking=True)
         self._copied = torch.cuda.Event()
         self._copied.record()
 
     def read(self) -> Any:
-        self._copied.synchronize()
+        if self._copied is not None:
+            self._copied.synchronize()
         return self._host.tolist()
-
-
-def _later(values: Any) -> Any:
-    """``values`` to read later: through pinned memory on a GPU, as they are on the CPU."""
-    return DeviceValues(values) if values.is_cuda else values
 
 
 class Comparison:
@@ -225,24 +226,20 @@ class Comparison:
             self._shape_error = f"output shape {tuple(output.shape)} != reference {tuple(expected.shape)}"
             return
         out, ref = output.double(), expected.double()
-        self._values = _later(torch.stack([torch.isfinite(out).all().double(), torch.linalg.vector_norm(out - ref),
-                                           torch.linalg.vector_norm(ref)]))
+        self._values = DeviceValues(torch.stack([torch.isfinite(out).all().double(),
+                                                 torch.linalg.vector_norm(out - ref), torch.linalg.vector_norm(ref)]))
 
     def verdict(self, tolerance: float) -> tuple[bool, float, str]:
         """(passed, relative error, why not); waits for the comparison if it has not run yet."""
         if self._values is None:
             return False, math.inf, self._shape_error
-        finite, diff, norm = _read(self._values)
+        finite, diff, norm = self._values.read()
         if not finite:
             return False, math.inf, "output has NaN or Inf"
         error = diff / max(norm, 1e-30)
         if error > tolerance:
             return False, error, f"relative error {error:.3g} exceeds {tolerance:g}"
         return True, error, ""
-
-
-def _read(values: Any) -> Any:
-    return values.read() if isinstance(values, DeviceValues) else values.tolist()
 
 
 def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, float, str]:
@@ -549,7 +546,7 @@ class ConfigTiming:
         began = time.perf_counter()
         try:
             times = _read_events(self._events)
-            if self.method == "graph" and self._unwritten is not None and _read(self._unwritten):
+            if self.method == "graph" and self._unwritten is not None and self._unwritten.read():
                 times = self._time_with_events()  # the replays did not write the output
             times += self._top_up(times)
             if self.method == "graph":
@@ -663,7 +660,7 @@ def _poison_and_replay(graph: Any, output: Any) -> Any:
     if poisoned:
         output.fill_(float("nan"))
     graph.replay()
-    return _later(torch.isnan(output).all()) if poisoned else None
+    return DeviceValues(torch.isnan(output).all()) if poisoned else None
 
 
 def _clamp(value: int, low: int, high: int) -> int:

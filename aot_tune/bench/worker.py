@@ -48,6 +48,13 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     conn.send(info)
     counter = triton_compat.CacheHitCounter()
     workloads: dict[tuple, Workload] = {}
+    in_flight: tuple[str, ...] = ()  # the configs with work on the device, as last announced
+
+    def announce(config_ids: tuple[str, ...], phase: str) -> None:
+        nonlocal in_flight
+        in_flight = config_ids
+        conn.send(("phase", config_ids, phase))
+
     with counter.installed() if backend == "cuda" else _nothing():
         while True:
             batch: list[BenchRequest] | None = conn.recv()
@@ -66,17 +73,11 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     conn.send(("done",))
                     continue
             counted = [counter.hits, counter.misses]
-            in_flight: list[tuple[str, ...]] = [()]
-
-            def announce(config_ids: tuple[str, ...], phase: str) -> None:
-                in_flight[0] = config_ids
-                conn.send(("phase", config_ids, phase))
-
             results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks, announce=announce)
             for result in results:
                 usable = backend != "cuda" or result.ok or context_usable()
-                if not usable and set(in_flight[0]) - {result.config_id}:
-                    conn.send(("unattributed", in_flight[0],
+                if not usable and set(in_flight) - {result.config_id}:
+                    conn.send(("unattributed", in_flight,
                                f"the CUDA context did not survive: {result.message}"[:500]))
                     return
                 if not usable:
