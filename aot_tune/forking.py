@@ -179,16 +179,51 @@ def forked_from_server() -> bool:
     return PRELOAD_MODULE in sys.modules
 
 
+#: The driver libraries a GPU worker uses, each with a call that, before the library is
+#: initialized, does nothing but fail with a known code (CUDA_ERROR_NOT_INITIALIZED,
+#: NVML_ERROR_UNINITIALIZED).
+DRIVER_PROBES = {"libcuda.so": ("cuDeviceGetCount", 3), "libnvidia-ml.so": ("nvmlDeviceGetCount_v2", 1)}
+#: A driver library's state when it is loaded but was never initialized: safe to fork.
+NOT_INITIALIZED = "loaded, not initialized"
+
+
+def driver_states() -> dict[str, str]:
+    """In the fork server, after its imports: each driver library of ``DRIVER_PROBES`` it has
+    loaded, and whether it was initialized (``NOT_INITIALIZED``, ``"initialized"``, or why that
+    cannot be read). Loading a driver is harmless and common (a CUDA build of torch loads libcuda
+    when imported); initializing it is not. Read in the server itself, because a child of a process
+    that initialized CUDA cannot trust what the driver's calls return there. Reads only libraries
+    already loaded, and initializes nothing."""
+    states = {}
+    for path in sorted(_loaded_libraries()):
+        for library, (call, before_init) in DRIVER_PROBES.items():
+            if os.path.basename(path).startswith(library):
+                states[library] = _driver_state(path, call, before_init)
+    return states
+
+
+def _driver_state(path: str, call: str, before_init: int) -> str:
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL(path, mode=os.RTLD_NOLOAD)  # the loaded library; never loads another
+        code = getattr(driver, call)(ctypes.byref(ctypes.c_uint()))
+    except (OSError, AttributeError) as exc:
+        return f"loaded, its state unreadable ({type(exc).__name__}: {exc})"[:200]
+    return NOT_INITIALIZED if code == before_init else "initialized"
+
+
 def cuda_fork_problem() -> str | None:
-    """In a GPU worker, before it initializes CUDA: why it must not (the CUDA driver is not
-    fork-safe: the child of a process that initialized it cannot use it), or None. A worker
-    forked from the server inherits what the server loaded; the server never initializes CUDA,
-    and this checks that no import did it as a side effect: no CUDA driver or NVML library
-    loaded, torch's CUDA not initialized, Triton's driver not created. (A spawned worker passes.)"""
-    loaded = _loaded_libraries()
-    for library in ("libcuda.so", "libnvidia-ml.so"):
-        if any(os.path.basename(path).startswith(library) for path in loaded):
-            return f"{library} was loaded in the fork server"
+    """In a GPU worker forked from the server, before it initializes CUDA: why it must not (the
+    CUDA driver is not fork-safe: the child of a process that initialized it cannot use it), or
+    None. The server never initializes CUDA; this checks that no import did it as a side effect:
+    each driver library loaded was found uninitialized by the server (``driver_states``, read
+    there), torch's CUDA not initialized, Triton's driver not created."""
+    found = sys.modules[PRELOAD_MODULE].STATE.get("drivers") or {}
+    for path in sorted(_loaded_libraries()):
+        for library in DRIVER_PROBES:
+            if os.path.basename(path).startswith(library) and found.get(library) != NOT_INITIALIZED:
+                return f"{library} in the fork server: {found.get(library, 'loaded, its state not read')}"
     torch = sys.modules.get("torch")
     if torch is not None and (torch.cuda.is_initialized() or torch.cuda._is_in_bad_fork()):
         return "torch initialized CUDA in the fork server"

@@ -13,7 +13,9 @@ For that fork to be safe and to behave like a spawned worker:
   thread pool when loaded; it shuts it down around ``fork()`` itself (pthread_atfork);
 * it never initializes CUDA: no ``torch.cuda`` call, Triton's driver is not created (a compile
   worker installs a stand-in driver; a GPU device worker initializes CUDA in itself after the
-  fork, and checks first, aot_tune.forking.cuda_fork_problem);
+  fork, and checks first, aot_tune.forking.cuda_fork_problem). Importing a CUDA build of torch
+  loads the CUDA driver's library, which is harmless until it is initialized: the last step here
+  records whether it was (``STATE["drivers"]``), since a forked worker cannot tell;
 * the environment is pinned before triton is imported: TRITON_INTERPRET is removed (triton
   decides at import time whether its own library functions are interpreted, so interpreter
   device workers are spawned instead) and the cache-key variables are set. TRITON_CACHE_DIR and
@@ -34,7 +36,7 @@ import threading
 import time
 
 #: What the preload did; forked workers inherit it (aot_tune.forking.forked_from_server).
-STATE: dict = {"preloaded": False, "seconds": 0.0, "threads": 0, "error": ""}
+STATE: dict = {"preloaded": False, "seconds": 0.0, "threads": 0, "error": "", "drivers": {}}
 
 _SYS_PATH_ENV = "AOT_TUNE_FORKSERVER_SYS_PATH"  # aot_tune.forking.SYS_PATH_ENV
 
@@ -83,3 +85,9 @@ try:
     _preload()
 except Exception as exc:  # the server must start regardless; workers then import what is missing
     STATE["error"] = f"{type(exc).__name__}: {exc}"[:300]
+try:  # last: what the imports above loaded (aot_tune.forking.cuda_fork_problem reads it in a GPU worker)
+    from aot_tune.forking import driver_states
+
+    STATE["drivers"] = driver_states()
+except Exception:  # unread: a GPU worker that finds a driver loaded is spawned instead
+    pass

@@ -141,6 +141,27 @@ def test_warm_start_launches_without_tritons_installation_hash(tuned, tmp_path):
     assert runs == ['{"ok": true, "triton_key_calls": 1}', '{"ok": true, "triton_key_calls": 0}']
 
 
+def test_device_workers_are_forks_of_the_fork_server(tmp_path):
+    """Importing this CUDA build of torch loads the CUDA driver's library in the fork server
+    without initializing it: a GPU worker is still a fork of the server (a spawned one would
+    import torch again, seconds), and it opens its GPU."""
+    code = textwrap.dedent("""
+        from aot_tune.bench.pool import DevicePool
+        pool = DevicePool("cuda", 1, "triton-cache")
+        try:
+            worker = pool.worker(0)
+            print(type(worker.process).__name__, worker.info.name)
+        finally:
+            pool.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env=subprocess_env(), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "spawning" not in out.stderr, out.stderr
+    assert out.stdout.split()[0] == "ForkServerProcess", out.stdout
+    assert torch.cuda.get_device_name(0) in out.stdout
+
+
 def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_path):
     manifest = MANIFEST.replace("  bench: {warmup_ms: 2, rep_ms: 5}", "  bench: {warmup_ms: 2, rep_ms: 18}\n"
                                 "  search: {strategy: successive_halving, budget: {configs: 9}}")

@@ -4,6 +4,7 @@ the run's Triton cache and environment, recovery from a crash or a hang, the spa
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -60,19 +61,12 @@ def test_compile_workers_are_forks_of_a_server_that_imported_torch_once(tmp_path
     assert up < 30  # generous: loaded CI machines; the point is above, nothing is imported
 
 
-#: A CUDA build of torch loads the CUDA driver when it is imported (seen on the H200 host), so there
-#: the fork server always has it and GPU device workers take the spawn path; these tests are for
-#: builds and machines where the fork path applies.
-cpu_torch_only = pytest.mark.skipif(torch.version.cuda is not None,
-                                    reason="a CUDA build of torch loads libcuda in the fork server")
-
-
 @needs_forkserver
-@cpu_torch_only
 def test_no_cuda_in_the_fork_server():
     """A GPU device worker forked from the server initializes CUDA itself: the server must not
-    have loaded the CUDA driver or NVML, initialized torch's CUDA or created Triton's driver
-    (checked in a fork of it, on whatever machine runs the tests, a GPU host included)."""
+    have initialized the CUDA driver or NVML (a CUDA build of torch loads libcuda when imported,
+    which is harmless), torch's CUDA or Triton's driver (checked in a fork of it, on whatever
+    machine runs the tests, a GPU host included)."""
     executors = Executors(INTERPRETER_DEVICE, Path("/nonexistent-cache"), compile_jobs=1)
     try:
         problem = executors._pool().submit(forking.cuda_fork_problem).result(timeout=120)
@@ -182,16 +176,28 @@ def test_a_server_that_finds_another_aot_tune_is_not_used(tmp_path):
     assert proc.stdout.strip().endswith('{"forked": false, "torch_preloaded": false, "cache": "cache"}')
 
 
+#: Stand-ins for the CUDA driver, preloaded into every process: cuDeviceGetCount answers as the
+#: real one does before cuInit (3, CUDA_ERROR_NOT_INITIALIZED) or after it (0), or is missing.
+STAND_IN_DRIVERS = {
+    "loaded, not initialized": "int cuDeviceGetCount(unsigned *count) { *count = 0; return 3; }",
+    "initialized": "int cuDeviceGetCount(unsigned *count) { *count = 1; return 0; }",
+    "loaded, its state unreadable": "int cuGetProcAddress(void) { return 0; }",
+}
+
+
 @needs_forkserver
-@cpu_torch_only
-def test_a_gpu_worker_whose_fork_server_loaded_the_cuda_driver_is_spawned_instead(tmp_path):
-    """Simulated with a stand-in library named libcuda.so.1 preloaded into every process: the
-    worker forked from the server finds it and does not touch CUDA; the pool spawns instead (and
-    that worker, with no GPU here, then fails to open its device)."""
-    libm = next(p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
-                            "/lib64/libm.so.6", "/usr/lib64/libm.so.6") if os.path.exists(p))
-    fake = tmp_path / "libcuda.so.1"
-    fake.write_bytes(Path(libm).read_bytes())
+@pytest.mark.skipif(torch.version.cuda is not None, reason="the stand-in would replace this torch's CUDA driver")
+@pytest.mark.skipif(shutil.which("cc") is None, reason="builds a stand-in libcuda with the C compiler")
+@pytest.mark.parametrize("driver", list(STAND_IN_DRIVERS))
+def test_a_gpu_worker_is_forked_only_if_the_fork_server_left_the_cuda_driver_uninitialized(tmp_path, driver):
+    """A loaded but uninitialized driver (what importing a CUDA build of torch leaves) is safe to
+    fork: the worker is forked. An initialized one, or one whose state the server could not read,
+    sends the pool to spawn the worker instead, saying why. Either way the worker then fails to
+    open its device, as there is no GPU here."""
+    source = tmp_path / "cuda.c"
+    source.write_text(STAND_IN_DRIVERS[driver] + "\n")
+    library = tmp_path / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     code = """\
         from aot_tune.bench.pool import DevicePool
 
@@ -203,10 +209,13 @@ def test_a_gpu_worker_whose_fork_server_loaded_the_cuda_driver_is_spawned_instea
                 print("failed:", exc)
             pool.close()
         """
-    proc = run_python(code, tmp_path, LD_PRELOAD=str(fake))
+    proc = run_python(code, tmp_path, LD_PRELOAD=str(library))
     assert proc.returncode == 0, proc.stderr
-    assert "spawning cuda device workers: libcuda.so was loaded in the fork server" in proc.stderr
     assert "failed: cuda device worker 0 failed to start" in proc.stdout
+    if driver == "loaded, not initialized":
+        assert "spawning" not in proc.stderr, proc.stderr
+    else:
+        assert f"spawning cuda device workers: libcuda.so in the fork server: {driver}" in proc.stderr
 
 
 # -- in a run --------------------------------------------------------------------------------------

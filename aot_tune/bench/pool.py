@@ -8,9 +8,9 @@ hangs is killed and replaced; the config it was running is recorded as crashed o
 A GPU worker is forked from the fork server the compile workers come from (aot_tune.forking),
 which imported torch and triton once and never initialized CUDA: it initializes CUDA itself,
 after the fork, and starts in about the time CUDA takes instead of importing for seconds first.
-It checks first that nothing in the server loaded the CUDA driver; if something did, it says so
-and the pool spawns its workers instead (with a CUDA build of torch, whose import loads the
-driver, that is what happens: seen on the H200 host). The interpreter's worker is always spawned: Triton
+It checks first that nothing in the server initialized the CUDA driver (a CUDA build of torch
+loads the driver's library when imported; loaded is fine, initialized is not); if something did,
+it says so and the pool spawns its workers instead. The interpreter's worker is always spawned: Triton
 decides when it is imported whether its own library functions are interpreted, and the server
 imported it for compiling.
 """
