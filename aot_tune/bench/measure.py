@@ -76,6 +76,11 @@ TOP_UP_BELOW = 0.8
 #: Idle GPU work queued before a check when less than this is queued (``torch.cuda._sleep``),
 #: so the check's and probe's event pairs time the kernel rather than the host issuing it.
 SPACER_MS = 1.0
+#: Throwaway CUDA graphs a worker captures and replays when it opens its GPU. On the H200, the
+#: first three graphs a process replayed ran a 1.8 us kernel at 1.4 us per launch, all later
+#: ones at 1.8 us; three throwaway graphs first made the first real ones read like the rest
+#: (BENCHMARKS.md, "Where our spread comes from").
+WARMUP_GRAPHS = 3
 INTERPRETER_MAX_RUNS = 3
 
 
@@ -648,6 +653,23 @@ def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) ->
             graph.capture_end()
     torch.cuda.current_stream().wait_stream(stream)
     return graph, last
+
+
+def warm_up_graphs(device: str) -> None:
+    """Capture and replay ``WARMUP_GRAPHS`` throwaway graphs (64 small additions, 50 replays
+    each), so that no config's graph is among a process's first: those replay faster than
+    later ones, and the pass's first graph-timed configs would look faster than they are."""
+    import torch
+
+    x, y = torch.ones(65536, device=device), torch.ones(65536, device=device)
+    for _ in range(WARMUP_GRAPHS):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(64):
+                x + y
+        for _ in range(50):
+            graph.replay()
+    torch.cuda.synchronize()
 
 
 def _poison_and_replay(graph: Any, output: Any) -> Any:

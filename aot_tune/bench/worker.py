@@ -103,6 +103,7 @@ def _open_device(backend: str, device_index: int):
 
     from ..devices import device_key
     from ..hardware import INTERPRETER_DEVICE
+    from .measure import warm_up_graphs
     from .nvml import GpuClocks
 
     if backend == "interpreter":
@@ -110,6 +111,7 @@ def _open_device(backend: str, device_index: int):
                           backend)
         return info, "cpu", None
     torch.cuda.set_device(device_index)
+    warm_up_graphs(f"cuda:{device_index}")
     props = torch.cuda.get_device_properties(device_index)
     clocks = GpuClocks(str(getattr(props, "uuid", "")))
     info = DeviceInfo(
