@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aot_tune.bench.measure import Workload, measure_configs  # noqa: E402
+from aot_tune.bench.measure import Workload, measure_configs, warm_up_graphs  # noqa: E402
 from aot_tune.bench.records import BenchRequest  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402
 from aot_tune.space import Config  # noqa: E402
@@ -95,6 +95,7 @@ def compare(args) -> None:
 
     props = torch.cuda.get_device_properties(0)
     clocks = GpuClocks(str(getattr(props, "uuid", "")))
+    warm_up_graphs("cuda:0")  # as a device worker does when it opens its GPU
     l2_bytes = int(getattr(props, "L2_cache_size", 0)) or 50 * 2**20
     manifest = load_manifest(ROOT / "tuning.yaml")
     rng = random.Random(args.seed)

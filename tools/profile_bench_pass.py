@@ -17,7 +17,6 @@ import bisect
 import functools
 import gc
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -181,7 +180,7 @@ def main() -> int:
     subprocess.run([sys.executable, __file__, "--compile-only", "--configs", str(args.configs), "--seed",
                     str(args.seed)] + [f"--shape={s}" for s in args.shape], check=True)
     torch.ones(1, device="cuda").add_(1)  # the CUDA context and torch's elementwise kernels, before profiling
-    torch.cuda.synchronize()
+    measure.warm_up_graphs("cuda:0")  # as a device worker does when it opens its GPU
     clocks = GpuClocks(str(getattr(props, "uuid", "")))  # as a device worker reads them
     steps: list[tuple[float, float, str]] = []
     install_step_timers(steps)
