@@ -169,7 +169,7 @@ def load_instead_of_launch() -> Iterator[None]:
     device (``CompiledKernel._init_handles``, as a first launch would) but runs nothing. A load
     synchronizes the device (measured: it returns only after queued work ends), so the bench
     engine loads a pass's kernels before it queues any work. A load that fails (a kernel over the
-    device's shared memory, say) is not raised here: the config's own launch raises it again."""
+    device's shared memory, say) raises as the launch would."""
     from triton.runtime.jit import JITFunction
 
     original_run = JITFunction.run
@@ -178,12 +178,9 @@ def load_instead_of_launch() -> Iterator[None]:
     def run(self, *args, grid, warmup, **kwargs):
         if threading.get_ident() != owner:
             return original_run(self, *args, grid=grid, warmup=warmup, **kwargs)
-        try:
-            kernel = original_run(self, *args, grid=grid, warmup=True, **kwargs)
-            if kernel is not None:
-                kernel._init_handles()
-        except Exception:  # noqa: BLE001 - the config's real launch raises it again
-            pass
+        kernel = original_run(self, *args, grid=grid, warmup=True, **kwargs)
+        if kernel is not None:
+            kernel._init_handles()
         return None
 
     JITFunction.run = run

@@ -318,7 +318,7 @@ class _Pass:
         self._say("load")
         _load_kernels(requests, self.workload)
         try:
-            rotation = self.workload.rotation_for(requests[0].settings, self.l2_bytes)
+            self.workload.rotation_for(requests[0].settings, self.l2_bytes)  # the input sets, once per shape
             for index in range(CHECK_SETS):
                 self.workload.expected(index)  # reference outputs now: they synchronize (all-zero test)
         except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
@@ -330,7 +330,7 @@ class _Pass:
         ready: ConfigTiming | None = None  # checked and captured, nothing of its timing queued
         for request in requests:
             busy = running is not None and running.queued_for(SPACER_MS)
-            check = _Check(request, self.workload, rotation, gpu_busy=busy)
+            check = _Check(request, self.workload, gpu_busy=busy)
             self.in_flight.append(request.config_id)
             if ready is not None:
                 ready.start()
@@ -381,10 +381,10 @@ class _Check:
     """A config's check launch, its comparison with the reference and one probe launch, each
     launch between CUDA events, all queued without waiting; ``read`` waits for them."""
 
-    def __init__(self, request: BenchRequest, workload: Workload, rotation: Rotation, gpu_busy: bool) -> None:
+    def __init__(self, request: BenchRequest, workload: Workload, gpu_busy: bool) -> None:
         import torch
 
-        self.request, self.workload, self.rotation = request, workload, rotation
+        self.request, self.workload = request, workload
         self.failure: ConfigMeasurement | None = None
         began = time.perf_counter()
         try:
@@ -399,7 +399,7 @@ class _Check:
             self.comparison = Comparison(output, workload.expected(index))
             del output
             self.probe_set = workload.take_sets(1)
-            if self.probe_set == index and rotation.sets > 1:  # the check just read it: warm in L2
+            if self.probe_set == index and workload.rotation.sets > 1:  # the check just read it: warm in L2
                 self.probe_set = workload.take_sets(1)
             events[2].record()
             issued = time.perf_counter()
@@ -425,9 +425,8 @@ class _Check:
         except Exception as exc:  # noqa: BLE001
             return _runtime_error(self.request, exc)
         phases = {"check": self.enqueue_seconds + time.perf_counter() - began}
-        return ConfigTiming(self.request, clocks, error, phases, launch=self.run, rotation=self.rotation,
-                            gpu_ms=gpu_ms, host_ms=self.host_ms, warmed_ms=check_ms + gpu_ms,
-                            take_sets=self.workload.take_sets)
+        return ConfigTiming(self.request, clocks, error, phases, launch=self.run, workload=self.workload,
+                            gpu_ms=gpu_ms, host_ms=self.host_ms, warmed_ms=check_ms + gpu_ms)
 
 
 def _runtime_error(request: BenchRequest, exc: BaseException) -> ConfigMeasurement:
@@ -447,15 +446,16 @@ class ConfigTiming:
     """
 
     def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float, phases: dict[str, float], *,
-                 launch: Callable[[int], Any], rotation: Rotation, gpu_ms: float, host_ms: float, warmed_ms: float,
-                 take_sets: Callable[[int], int]) -> None:
+                 launch: Callable[[int], Any], workload: Workload, gpu_ms: float, host_ms: float,
+                 warmed_ms: float) -> None:
         self.request = request
         self.settings = request.settings
         self._clocks, self._error = clocks, error
         self._clocks_start = ClockReading()
         self.phases = phases
-        self._launch, self._rotation = launch, rotation
-        self._gpu_ms, self._warmed_ms, self._take_sets = gpu_ms, warmed_ms, take_sets
+        self._launch = launch
+        self._rotation, self._take_sets = workload.rotation, workload.take_sets  # the shape's, shared by its configs
+        self._gpu_ms, self._warmed_ms = gpu_ms, warmed_ms
         self._graph: Any = None
         self._graph_output: Any = None
         self._unwritten: Any = None
