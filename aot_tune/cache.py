@@ -5,22 +5,36 @@ protobuf parses text in pure Python (seconds for a GEMM space on one GPU). Text 
 ``.textproto``, ``.pbtxt``) is sorted and deterministic, for caches small enough to review.
 Either way the reviewable diff of a retune is the generated module. Merged caches keep each
 measurement's statistics; the raw samples stay in the per-task outputs under ``.aot_tune/``.
+
+Every record read is validated (``record_problem``): a cache comes from git, from another
+machine or from ``doit merge-caches``, and what it holds ends up in generated modules that
+everyone imports. A record that is malformed or forged (control characters in a device name,
+a param without a value, a key of another arity) stops the read with one line naming the file
+and the record, and never reaches a table.
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import statistics
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from google.protobuf import text_format
 
+from .cost import DTYPE_BYTES
 from .errors import TuneError
 from .fileio import write_atomic
 from .select import median_interval
 from .tuning_schema import Measurement, TuningCache, TuningRecord
 
+if TYPE_CHECKING:
+    from .manifest import KernelSpec
+
 SCHEMA_VERSION = 1
+#: The dtype names a record may hold (the manifest's dtypes).
+DTYPE_NAMES = tuple(DTYPE_BYTES)
 TEXT_SUFFIXES = (".txtpb", ".textproto", ".pbtxt")
 
 
@@ -46,12 +60,144 @@ def read_cache(path: str | os.PathLike) -> TuningCache:
         else:
             cache.ParseFromString(data)
     except (text_format.ParseError, UnicodeDecodeError, Exception) as exc:
-        raise TuneError(f"{path}: not a valid tuning cache ({exc}); fix: restore it from git "
-                        f"or delete it to retune") from exc
+        reason = " ".join(str(exc).split())[:200]
+        raise TuneError(f"{path}: not a valid tuning cache ({reason}); fix: restore it from git "
+                        f"(git checkout -- {path}); deleting it would drop every table it holds") from exc
     if cache.schema_version > SCHEMA_VERSION:
         raise TuneError(f"{path}: schema version {cache.schema_version} is newer than this aot_tune "
                         f"understands ({SCHEMA_VERSION}); fix: upgrade aot_tune")
+    check_records(cache.records, path)
     return cache
+
+
+# --------------------------------------------------------------------------- validation
+
+_KERNEL = re.compile(r"[a-z_][a-z0-9_]{0,63}")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_DEVICE_KEY = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}")
+_CONFIG_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_TEXT_LIMIT = 200
+BACKENDS = ("cuda", "interpreter")
+
+
+def describe_record(record: TuningRecord) -> str:
+    """``gemm h200 float16 256x4096x4096``, printable whatever the record holds."""
+    shape = "x".join(str(v) for v in record.shape)
+    return " ".join(_printable(part)[:64] for part in (record.kernel, record.device.key, record.dtype, shape))
+
+
+def _printable(text: str) -> str:
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def record_problem(record: TuningRecord, spec: "KernelSpec | None" = None, complete: bool = False) -> str:
+    """Why a record cannot be trusted ('' if it can). Without ``spec``: its form (names, versions,
+    device, params). With the manifest's ``spec`` of its kernel: also that it answers that kernel
+    (key dims, params of the space with values of the space's types); ``complete`` also asks
+    every config to set every param of the space (what ``doit merge-caches`` lets in)."""
+    from .devices import INTERPRETER, device_key
+
+    if not _KERNEL.fullmatch(record.kernel):
+        return f"kernel name {record.kernel!r} is not a lower-case identifier of at most 64 characters"
+    if any(not _IDENTIFIER.fullmatch(name) for name in record.key_names):
+        return f"key dims {list(record.key_names)!r} are not identifiers"
+    if len(record.shape) != len(record.key_names) or any(v < 1 for v in record.shape):
+        return f"shape {list(record.shape)} does not fit the key dims {list(record.key_names)}"
+    if record.dtype not in DTYPE_NAMES:
+        return f"unknown dtype {record.dtype!r} (known: {', '.join(DTYPE_NAMES)})"
+    device = record.device
+    if device.backend not in BACKENDS:
+        return f"unknown backend {device.backend!r} (known: {', '.join(BACKENDS)})"
+    if not device.name or not device.name.isprintable() or len(device.name) > _TEXT_LIMIT:
+        return f"device name {device.name!r} is not one printable line of at most {_TEXT_LIMIT} characters"
+    expected_key = INTERPRETER if device.backend == "interpreter" else device_key(device.name)
+    if device.key != expected_key:
+        return f"device key {device.key!r} does not match the device name {device.name!r} (expected {expected_key!r})"
+    capability_ok = device.compute_capability == "cpu" if device.backend == "interpreter" \
+        else _CAPABILITY.fullmatch(device.compute_capability)
+    if not capability_ok:
+        return f"compute capability {device.compute_capability!r} is not of the form 9.0 (or cpu for the interpreter)"
+    for tool in ("triton", "torch", "cuda", "driver"):
+        version = getattr(record.toolchain, tool)
+        if version and not _VERSION.fullmatch(version):
+            return f"{tool} version {version!r} is not a version string"
+    configs = [("best config", record.best)] if record.HasField("best") else []
+    configs += [(f"measurement {i}", m.config) for i, m in enumerate(record.measurements)]
+    configs += [(name.replace("_", " "), getattr(record, name).config)
+                for name in ("default_baseline", "vendor_baseline") if record.HasField(name)]
+    for where, config in configs:
+        problem = _config_problem(config, spec, complete)
+        if problem:
+            return f"{where}: {problem}"
+    statuses = _measurement_statuses()
+    for i, m in enumerate(record.measurements):
+        if m.status not in statuses:
+            return f"measurement {i}: unknown status {m.status!r}"
+    if spec is not None:
+        if record.kernel != spec.name:
+            return f"it is a record of kernel {record.kernel!r}, not {spec.name!r}"
+        if tuple(record.key_names) != spec.key:
+            return f"key dims {list(record.key_names)} differ from the manifest's key {list(spec.key)}"
+    return ""
+
+
+def _config_problem(config, spec: "KernelSpec | None", complete: bool) -> str:
+    if not _CONFIG_ID.fullmatch(config.id):
+        return f"config id {config.id!r} is not an id"
+    space = dict(spec.space.params) if spec is not None else None
+    names = []
+    for param in config.params:
+        kind = param.WhichOneof("value")
+        if not _IDENTIFIER.fullmatch(param.name):
+            return f"param name {param.name!r} is not an identifier"
+        if kind is None:
+            return f"param {param.name} has no value"
+        value = getattr(param, kind)
+        if kind == "float_value" and not math.isfinite(value):
+            return f"param {param.name} is {value}, not a finite number"
+        if kind == "string_value" and (not value.isprintable() or len(value) > _TEXT_LIMIT):
+            return f"param {param.name} is not one printable line of at most {_TEXT_LIMIT} characters"
+        if space is not None:
+            if param.name not in space:
+                return f"param {param.name!r} is not in the space ({', '.join(space)})"
+            allowed = {_value_kind(v) for v in space[param.name]}
+            if kind not in allowed:
+                return f"param {param.name} holds a {kind.removesuffix('_value')}, the space {'/'.join(sorted(k.removesuffix('_value') for k in allowed))}"
+        names.append(param.name)
+    if space is not None and complete and config.params and set(names) != set(space):
+        return f"params {sorted(names)} are not the space's {sorted(space)}"
+    return ""
+
+
+def _value_kind(value) -> str:
+    """The ``Param`` field a space value is stored in (see ``config_to_proto``)."""
+    if isinstance(value, bool):
+        return "bool_value"
+    if isinstance(value, int):
+        return "int_value"
+    if isinstance(value, float):
+        return "float_value"
+    return "string_value"
+
+
+def _measurement_statuses() -> tuple[str, ...]:
+    from .bench.records import MEASUREMENT_STATUSES
+
+    return MEASUREMENT_STATUSES
+
+
+def check_records(records: Iterable[TuningRecord], path: str | os.PathLike, spec: "KernelSpec | None" = None,
+                  complete: bool = False) -> None:
+    """Raise one line naming the file and the first record that cannot be trusted."""
+    for index, record in enumerate(records):
+        if spec is not None and record.kernel != spec.name:
+            continue
+        problem = record_problem(record, spec, complete)
+        if problem:
+            raise TuneError(f"{path}: record {index} ({describe_record(record)}): {problem}; fix: restore the "
+                            f"file from git, or regenerate it on the machine that measured it")
 
 
 def serialize(cache: TuningCache, path: str | os.PathLike) -> bytes:
@@ -101,8 +247,13 @@ def write_cache(cache: TuningCache, path: str | os.PathLike) -> bool:
 
 
 def read_record(path: str | os.PathLike) -> TuningRecord:
+    """One bench task's output (under .aot_tune/); a TuneError if it does not parse. The merge
+    stage checks it (``record_problem``) before it enters a cache."""
     record = TuningRecord()
-    record.ParseFromString(Path(path).read_bytes())
+    try:
+        record.ParseFromString(Path(path).read_bytes())
+    except Exception as exc:  # a torn or foreign file
+        raise TuneError(f"{path}: not a tuning record ({type(exc).__name__})") from exc
     return record
 
 

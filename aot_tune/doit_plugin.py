@@ -20,7 +20,7 @@ from doit.loader import generate_tasks
 from .errors import TuneError
 from .executors import Executors
 from .hardware import BACKENDS, detect
-from .plan import WORK_DIR, build_plan
+from .plan import WORK_DIR, Staleness, build_plan, guard_tables
 from .runlog import append_run
 from .triton_compat import versions
 from .stages import TuneSession, eprint
@@ -87,6 +87,8 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: benchmarking on the Dask cluster at {cluster.address}: "
                        + ", ".join(f"{d.count} x {d.key}" for d in devices))
             plan = build_plan(manifest, devices, kernels)
+            staleness = Staleness(plan)
+            guard_tables(plan, staleness)
             if cluster is not None:
                 refs = [ref for k in kernels for ref in (k.kernel, k.launch, k.inputs, k.reference)]
                 cluster.use_project(manifest.root, refs, plan.triton_cache_dir)
@@ -101,7 +103,8 @@ class ManifestLoader(TaskLoader2):
         jobs = int(self.options.get("num_process") or self.jobs)
         if cluster is not None:  # -n may exceed the local cores to keep a big cluster's GPUs busy; compiles may not
             jobs = min(jobs, self.jobs)
-        self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster))
+        self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster),
+                                   staleness)
         if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
             try:
                 self.session.specialize()
@@ -235,6 +238,45 @@ class MergeCachesCommand(Command):
         try:
             with _exclusive_run(manifest_path.parent / WORK_DIR):
                 summary = merge_into_project(load_manifest(manifest_path), cache_files(args))
+        except TuneError as err:
+            raise InvalidCommand(str(err)) from None
+        print(summary.render())
+        return 0
+
+
+opt_kernels = {
+    "name": "kernels", "long": "kernel", "type": str, "default": "",
+    "help": "comma-separated kernels whose tables to drop (default: every kernel of the manifest)",
+}
+
+
+class DropDeviceCommand(Command):
+    """Drop a device's tables on purpose: the one way a tuned table leaves a generated module."""
+
+    name = "drop-device"
+    doc_purpose = "remove a device's tables from the caches and generated modules (explicitly)"
+    doc_usage = "[--kernel K1,K2] DEVICE [DEVICE ...]"
+    doc_description = ("Removes every record of each DEVICE (a device key such as h200 or interpreter) from\n"
+                       "the kernels' caches, and its table from generated/<kernel>.py. doit tune and\n"
+                       "merge-caches never drop a table on their own; this is how you ask for it.")
+    cmd_options = (opt_manifest, opt_kernels)
+
+    def execute(self, params, args):
+        from .manifest import load_manifest
+        from .merge import drop_devices
+
+        if not args:
+            raise InvalidCommand("drop-device needs the device key(s) to drop, e.g. `doit drop-device h200`")
+        misplaced = [arg for arg in args if arg.startswith("-")]
+        if misplaced:  # doit reads options only before the positional arguments
+            raise InvalidCommand(f"{misplaced[0]} came after a device key; fix: put options first, e.g. "
+                                 f"`doit drop-device --kernel gemm h200`")
+        manifest_path = Path(params["manifest"]).resolve()
+        try:
+            manifest = load_manifest(manifest_path)
+            kernels = manifest.select([k.strip() for k in params["kernels"].split(",") if k.strip()])
+            with _exclusive_run(manifest_path.parent / WORK_DIR):
+                summary = drop_devices(manifest, args, kernels)
         except TuneError as err:
             raise InvalidCommand(str(err)) from None
         print(summary.render())

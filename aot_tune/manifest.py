@@ -492,7 +492,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Manifest:
     doc = _parse_yaml(ctx, _read_text(ctx))
     top = _top_mapping(ctx, doc)
     absolute = Path(os.path.abspath(ctx.shown))
-    return Manifest(path=absolute, root=absolute.parent, kernels=_kernels(ctx, top))
+    return Manifest(path=absolute, root=absolute.parent, kernels=_kernels(ctx, top, absolute.parent))
 
 
 def _read_text(ctx: _Ctx) -> str:
@@ -765,7 +765,7 @@ _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "reference", "key", "spac
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
-def _kernels(ctx: _Ctx, top: _Map) -> tuple[KernelSpec, ...]:
+def _kernels(ctx: _Ctx, top: _Map, root: Path) -> tuple[KernelSpec, ...]:
     base = _defaults(ctx, top)
     m = _mapping(ctx, top["kernels"], "kernels", top.key_lines["kernels"])
     if not m:
@@ -773,6 +773,7 @@ def _kernels(ctx: _Ctx, top: _Map) -> tuple[KernelSpec, ...]:
             top.key_lines["kernels"], "kernels", "no kernels are defined", "add at least one kernel under 'kernels:'"
         )
     specs = tuple(_kernel(ctx, name, m, base) for name in m)
+    _check_outputs_inside(ctx, specs, m, top, root)
     _check_outputs_distinct(ctx, specs, m)
     return specs
 
@@ -807,6 +808,9 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: _Defaults) -> KernelSpec:
 
 
 def _check_kernel_name(ctx: _Ctx, name: str, key: str, line: int) -> None:
+    if _KERNEL_NAME.fullmatch(name) and len(name) > MAX_KERNEL_NAME:
+        ctx.fail(line, f"kernels.{name[:40]}...", f"kernel name of {len(name)} characters is too long "
+                 f"(at most {MAX_KERNEL_NAME}: it names files)", f"shorten it, e.g. to {name[:MAX_KERNEL_NAME]!r}")
     if _KERNEL_NAME.fullmatch(name) and not keyword.iskeyword(name):
         return
     better = re.sub(r"[^a-z0-9_]", "_", name.lower())
@@ -817,6 +821,51 @@ def _check_kernel_name(ctx: _Ctx, name: str, key: str, line: int) -> None:
         f"kernel name {name!r} must match [a-z_][a-z0-9_]* and not be a Python keyword",
         f"rename it, e.g. to {better!r}",
     )
+
+
+#: Kernel names become file names (generated/<kernel>.py, .aot_tune/bench/<device>/<kernel>/...).
+MAX_KERNEL_NAME = 64
+#: Longest file or folder name an output path may have: the file systems' 255 bytes, less the
+#: temp-file affixes of atomic writes.
+MAX_PATH_PART = 200
+_CACHE_SUFFIXES = (".pb", ".txtpb", ".textproto", ".pbtxt")
+
+
+def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top: _Map, root: Path) -> None:
+    """Outputs stay inside the project, and never land on a module a kernel entry names."""
+    sources = set()
+    for spec in specs:
+        for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference, spec.vendor):
+            if ref:
+                module = Path(*ref.partition(":")[0].split("."))
+                sources |= {posixpath.normpath((module.with_suffix(".py")).as_posix()),
+                            posixpath.normpath((module / "__init__.py").as_posix())}
+    real_root = root.resolve()
+    for spec in specs:
+        km = kernels[spec.name]
+        for what in ("cache", "generated"):
+            path = getattr(spec, what)
+            where = km if what in km else (top["defaults"] if "defaults" in top and what in top["defaults"] else km)
+            line = where.value_lines.get(what, spec.line)
+            key = f"kernels.{spec.name}.{what}"
+            normal = posixpath.normpath(path)
+            fix = f'keep it inside the project, e.g. {what}: "generated/{{kernel}}{".py" if what == "generated" else ".tuning.pb"}"'
+            if normal == ".." or normal.startswith("../") or normal == ".":
+                ctx.fail(line, key, f"{path!r} is outside the project folder", fix)
+            try:
+                (root / normal).resolve().relative_to(real_root)
+            except ValueError:
+                ctx.fail(line, key, f"{path!r} leads outside the project folder (through a link)", fix)
+            too_long = [part for part in normal.split("/") if len(part.encode()) > MAX_PATH_PART]
+            if too_long:
+                ctx.fail(line, key, f"a part of {path!r} is {len(too_long[0].encode())} bytes long, over the "
+                         f"{MAX_PATH_PART} a file name may take", "shorten the kernel name or the path")
+            if normal in sources:
+                ctx.fail(line, key, f"{path!r} is a module the manifest's kernels import: writing it would "
+                         f"overwrite their source", fix)
+            if what == "cache" and not normal.endswith(_CACHE_SUFFIXES):
+                ctx.fail(line, key, f"the cache {path!r} must end in {', '.join(_CACHE_SUFFIXES)} "
+                         f"(binary, or text for the last three)", 'write e.g. cache: "generated/{kernel}.tuning.pb"')
 
 
 _MODULE_ATTR = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)

@@ -8,6 +8,12 @@ Policy, per record identity (kernel, device key, dtype, shape):
   non-current survivor as stale.
 Records of one identity are never combined. Every device keeps its own table, so caches from
 an H100 and an H200 merge into one file and one generated module with both tables.
+
+Nothing is written until every incoming record has been checked against the manifest (its
+kernel's key dims, the params of its space and their types, dtype and device names): one bad
+record stops the merge with one line naming its file and index, and changes nothing on disk.
+A merge never drops a table either: if a generated module holds entries that the merged cache
+would lack, it stops (``doit drop-device`` drops a device's tables on purpose).
 """
 from __future__ import annotations
 
@@ -17,12 +23,11 @@ from typing import Iterable
 
 from . import cache as cache_io
 from .check import record_problem
-from .codegen import render_module
+from .codegen import ensure_generated, entries_missing_from_cache, render_module, write_module
 from .errors import TuneError
-from .fileio import write_atomic
 from .fingerprint import SourceIndex
-from .manifest import Manifest
-from .plan import measured_code
+from .manifest import KernelSpec, Manifest
+from .plan import lost_tables_message, measured_code
 from .tuning_schema import TuningRecord
 
 
@@ -65,17 +70,27 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
     incoming: dict[str, list[TuningRecord]] = {}
     summary = MergeSummary()
     for path in files:
-        for record in cache_io.read_cache(path).records:
-            if record.kernel in specs:
-                incoming.setdefault(record.kernel, []).append(record)
-            else:
+        records = cache_io.read_cache(path).records
+        for index, record in enumerate(records):
+            spec = specs.get(record.kernel)
+            if spec is None:
                 summary.unknown_kernels.add(record.kernel)
+                continue
+            problem = cache_io.record_problem(record, spec, complete=True)
+            if problem:
+                raise TuneError(f"{path}: record {index} ({cache_io.describe_record(record)}): {problem}; "
+                                f"nothing was merged; fix: merge caches made with this manifest's kernels and "
+                                f"spaces, or restore that file")
+            incoming.setdefault(record.kernel, []).append(record)
+    merged_caches = {}
     for kernel, records in sorted(incoming.items()):
         spec = specs[kernel]
         code = measured_code(sources, spec)
         current = lambda r, spec=spec, code=code: not record_problem(spec, code, r)  # noqa: E731
         path = manifest.root / spec.cache
-        ours = {cache_io.record_identity(r): r for r in cache_io.read_cache(path).records}
+        existing = cache_io.read_cache(path)
+        cache_io.check_records(existing.records, path, spec)
+        ours = {cache_io.record_identity(r): r for r in existing.records}
         for record in records:
             identity = cache_io.record_identity(record)
             mine = ours.get(identity)
@@ -88,9 +103,57 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
             else:
                 summary.kept += 1
         merged = cache_io.sorted_cache(cache_io.without_samples(r) for r in ours.values())
+        missing = entries_missing_from_cache(manifest.root / spec.generated, merged, spec.name)
+        if missing:
+            raise TuneError(lost_tables_message(manifest, spec, missing) + "; nothing was merged")
+        merged_caches[kernel] = (spec, path, merged, render_module(spec.name, spec.key, merged, manifest.path.name))
+    for spec, *_ in merged_caches.values():  # every module is checked before anything is written
+        ensure_generated(manifest.root / spec.generated)
+    for kernel, (spec, path, merged, text) in merged_caches.items():
         cache_io.write_cache(merged, path)
-        write_atomic(manifest.root / spec.generated, render_module(spec.name, spec.key, merged, manifest.path.name))
+        write_module(manifest.root / spec.generated, text)
         summary.kernels.add(kernel)
+    return summary
+
+
+@dataclass
+class DropSummary:
+    devices: tuple[str, ...]
+    dropped: dict[str, int] = field(default_factory=dict)  # kernel -> records removed
+
+    def render(self) -> str:
+        devices = ", ".join(self.devices)
+        if not self.dropped:
+            return f"no table of {devices} to drop"
+        done = ", ".join(f"{k} ({n} record{'s' if n != 1 else ''})" for k, n in sorted(self.dropped.items()))
+        return f"dropped the {devices} tables of: {done}; commit generated/ to ship the change"
+
+
+def drop_devices(manifest: Manifest, devices: Iterable[str], kernels: Iterable[KernelSpec]) -> DropSummary:
+    """Remove the devices' records from the kernels' caches and their tables from the generated
+    modules: the explicit way to drop a table (a run never does it on its own)."""
+    summary = DropSummary(tuple(dict.fromkeys(devices)))
+    plans = []
+    for spec in kernels:
+        path = manifest.root / spec.cache
+        cache = cache_io.read_cache(path)
+        cache_io.check_records(cache.records, path, spec)
+        kept = [r for r in cache.records if r.device.key not in summary.devices]
+        in_module = entries_missing_from_cache(manifest.root / spec.generated, cache_io.sorted_cache(kept), spec.name)
+        others = {d: n for d, n in in_module.items() if d not in summary.devices}
+        if others:
+            raise TuneError(lost_tables_message(manifest, spec, others) + "; nothing was dropped")
+        if len(kept) == len(cache.records) and not in_module:
+            continue
+        merged = cache_io.sorted_cache(kept)
+        plans.append((spec, path, merged, render_module(spec.name, spec.key, merged, manifest.path.name),
+                      len(cache.records) - len(kept)))
+    for spec, *_ in plans:
+        ensure_generated(manifest.root / spec.generated)
+    for spec, path, merged, text, removed in plans:
+        cache_io.write_cache(merged, path)
+        write_module(manifest.root / spec.generated, text)
+        summary.dropped[spec.name] = removed
     return summary
 
 

@@ -16,7 +16,9 @@ from typing import Collection, Sequence
 
 from . import cache as cache_io
 from . import search
+from .codegen import describe_missing, entries_missing_from_cache
 from .compile import CompileResult
+from .errors import TuneError
 from .fingerprint import RECORD_FORMAT, SourceIndex, digest
 from .hardware import LocalDevice
 from .manifest import KernelSpec, Manifest, SearchSettings
@@ -95,6 +97,7 @@ class KernelPlan:
     generated_path: Path
     targets: tuple[str, ...] = ()
     compile_code: str = ""
+    dependencies: dict[str, str] = field(default_factory=dict)  # what the bench fingerprints' code covers
     specializations: SpecializationTable | None = None
     specializations_path: Path | None = None
     compile_units: list[CompileUnit] = field(default_factory=list)
@@ -216,7 +219,12 @@ class MeasuredOn:
 def measured_code(sources: SourceIndex, spec: KernelSpec) -> str:
     """Hash of the source that decides a measurement: the kernel and its launch function, and the
     input builder and reference that decide what is measured and what counts as correct."""
-    return sources.closure([spec.kernel, spec.launch, spec.inputs, spec.reference])
+    return measured_dependencies(sources, spec)[0]
+
+
+def measured_dependencies(sources: SourceIndex, spec: KernelSpec) -> tuple[str, dict[str, str]]:
+    """``measured_code`` and the pieces it covers, each with its digest (kept in every record)."""
+    return sources.closure_parts([spec.kernel, spec.launch, spec.inputs, spec.reference])
 
 
 def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
@@ -256,7 +264,7 @@ def build_plan(manifest: Manifest, devices: LocalDevice | Sequence[LocalDevice],
     work = manifest.root / WORK_DIR
     for spec in kernels:
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
-        code = measured_code(sources, spec)
+        code, kp.dependencies = measured_dependencies(sources, spec)
         vendor_code = sources.closure([spec.vendor]) if spec.vendor else ""
         kp.compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
         kp.targets = spec.targets
@@ -307,6 +315,7 @@ class Staleness:
         memo = self._caches.get(kp.cache_path)
         if memo is None or memo[0] != version:
             cache = cache_io.read_cache(kp.cache_path)
+            cache_io.check_records(cache.records, kp.cache_path, kp.spec)
             memo = self._caches[kp.cache_path] = (version, cache, {r.fingerprint: r for r in cache.records})
         return memo
 
@@ -429,5 +438,21 @@ def recorded_compile_seconds(unit: CompileUnit) -> float | None:
 def _read_record(path: Path) -> TuningRecord | None:
     try:
         return cache_io.read_record(path)
-    except Exception:  # a torn or foreign file is simply not a finished result
+    except Exception:  # a torn, foreign or forged file is simply not a finished result
         return None
+
+
+def guard_tables(plan: Plan, staleness: "Staleness") -> None:
+    """Refuse to run when a generated module holds entries its cache lacks: rendering it again
+    would drop those tables without anyone asking (a deleted, emptied or truncated cache)."""
+    for kp in plan.kernels:
+        missing = entries_missing_from_cache(kp.generated_path, staleness.cache(kp), kp.spec.name)
+        if missing:
+            raise TuneError(lost_tables_message(plan.manifest, kp.spec, missing))
+
+
+def lost_tables_message(manifest: Manifest, spec: KernelSpec, missing: dict[str, int]) -> str:
+    devices = " ".join(missing)
+    return (f"{spec.generated} holds tuned entries that {spec.cache} lacks ({describe_missing(missing)}); "
+            f"a run would drop them; fix: restore the cache from git (git checkout -- {spec.cache}), or drop "
+            f"those tables on purpose with `doit drop-device --kernel {spec.name} {devices}` and retune")

@@ -21,9 +21,9 @@ from . import cache as cache_io
 from . import search
 from .bench.nvml import ClockReading
 from .bench.records import BenchRequest, ConfigMeasurement, DeviceInfo
-from .codegen import render_module
+from .codegen import render_module, write_module
 from .compile import CompileRequest
-from .errors import BenchUnavailable
+from .errors import BenchUnavailable, TuneError
 from .executors import Executors
 from .fileio import write_atomic
 from .hardware import LocalDevice
@@ -41,10 +41,10 @@ VENDOR_CONFIG_ID = "vendor"
 
 
 class TuneSession:
-    def __init__(self, plan: Plan, executors: Executors) -> None:
+    def __init__(self, plan: Plan, executors: Executors, staleness: Staleness | None = None) -> None:
         self.plan = plan
         self.executors = executors
-        self.staleness = Staleness(plan)
+        self.staleness = staleness or Staleness(plan)
         self.progress: dict[str, Progress] = {}
         self.compile_status: Counter[str] = Counter()
         self.bench_status: Counter[str] = Counter()
@@ -318,6 +318,8 @@ class TuneSession:
         record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
         record.bench.l2_flush, record.bench.l2_flush_bytes = bench.l2_flush, bench.l2_flush_bytes or 0
         record.measurements.extend(entries[config_id] for config_id in sorted(entries))
+        for name, part in kp.dependencies.items():
+            record.dependencies.add(name=name, digest=part)
         fresh = [m for m in measurements if m.method]
         if fresh:
             _clocks_to_proto(fresh[0].clocks_start, fresh[-1].clocks_end, record.clocks)
@@ -343,17 +345,21 @@ class TuneSession:
         fresh = []
         for unit in kp.bench_units:
             if unit.output.exists():
-                record = cache_io.read_record(unit.output)
-                if record.fingerprint == unit.fingerprint:
+                try:
+                    record = cache_io.read_record(unit.output)
+                except TuneError:  # torn or foreign: not a finished result (its bench reruns next time)
+                    continue
+                if record.fingerprint == unit.fingerprint and not cache_io.record_problem(record, kp.spec):
                     fresh.append(cache_io.without_samples(record))
         merged = cache_io.merge_records(kept, fresh)
         cache_io.write_cache(merged, kp.cache_path)
 
     # -- generate --------------------------------------------------------------------------
-    def generate(self, kp: KernelPlan) -> None:
-        text = self._render(kp)
-        if not kp.generated_path.exists() or kp.generated_path.read_text() != text:
-            write_atomic(kp.generated_path, text)
+    def generate(self, kp: KernelPlan) -> TaskFailed | None:
+        try:
+            write_module(kp.generated_path, self._render(kp))
+        except TuneError as exc:
+            return TaskFailed(str(exc))
 
     def generate_needed(self, kp: KernelPlan) -> bool:
         try:

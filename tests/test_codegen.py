@@ -173,8 +173,11 @@ def test_digest_changes_with_a_record_fingerprint_only(tmp_path) -> None:
 
 
 def test_digest_depends_on_the_key_names(tmp_path) -> None:
+    renamed = records()
+    for r in renamed:
+        r.key_names[:] = ["N", "M"]
     a = codegen.render_module("gemm", ("M", "N"), cache_of(records()), "tuning.yaml")
-    b = codegen.render_module("gemm", ("N", "M"), cache_of(records()), "tuning.yaml")
+    b = codegen.render_module("gemm", ("N", "M"), cache_of(renamed), "tuning.yaml")
     (tmp_path / "a.py").write_text(a)
     (tmp_path / "b.py").write_text(b)
     assert codegen.module_inputs_digest(tmp_path / "a.py") != codegen.module_inputs_digest(tmp_path / "b.py")
@@ -182,6 +185,7 @@ def test_digest_depends_on_the_key_names(tmp_path) -> None:
 
 def test_single_dim_key_renders_a_tuple() -> None:
     r = TuningRecord(kernel="vec", dtype="float32", fingerprint="v")
+    r.key_names.append("N")
     r.shape.append(1024)
     r.device.key = "interpreter"
     config_to_proto("c", {"BLOCK": 256}, r.best)
@@ -213,3 +217,12 @@ def test_generated_module_imports_no_torch_or_triton_and_is_fast(tmp_path) -> No
     assert result["after_lookup"] == []
     assert result["config"] == {"BLOCK_M": 128, "EVEN": True, "num_warps": 8}
     assert result["elapsed"] < 0.05
+
+
+def test_records_of_another_key_never_reach_a_table() -> None:
+    import pytest
+
+    from aot_tune.errors import TuneError
+
+    with pytest.raises(TuneError, match="keyed by"):
+        codegen.render_module("gemm", ("N", "M"), cache_of(records()), "tuning.yaml")

@@ -30,7 +30,8 @@ def exhaustive_record(shape: tuple[int, ...], samples: int = 60, invalid: int = 
     """One shape's exhaustive record: a smooth landscape whose best BLOCK moves with the shape."""
     rng = random.Random(shape[0])
     record = TuningRecord(kernel="vector_add", key_names=["n"], shape=list(shape), dtype="float16")
-    record.device.key = "h200"
+    record.device.key, record.device.name = "h200", "NVIDIA H200"
+    record.device.compute_capability, record.device.backend = "9.0", "cuda"
     record.bench.rep_ms = 20
     for i, config in enumerate(CONFIGS):
         m = Measurement(config=None)

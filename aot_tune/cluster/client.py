@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+import re
 import uuid
 import zlib
 from pathlib import Path
@@ -123,6 +124,9 @@ class ClusterDevices:
             raise TuneError(f"{where} declares the device models {', '.join(worker.kinds)}; fix: start one worker "
                             f"per GPU, each with one 'aot_tune:<device>=1' resource")
         kind = worker.kinds[0]
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", kind):
+            raise TuneError(f"{where} declares the device model {kind[:80]!r}, not a device key (it names folders "
+                            f"of this project); fix: declare a key such as h100-sxm (aot_tune.devices.device_key)")
         if (worker.triton, worker.torch) != (toolchain["triton"], toolchain["torch"]):
             raise TuneError(f"{where} has triton {worker.triton} and torch {worker.torch}, this machine triton "
                             f"{toolchain['triton']} and torch {toolchain['torch']}; fix: install the same versions "
