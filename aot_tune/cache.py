@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Iterable
 
 from google.protobuf import text_format
 
-from .cost import DTYPE_BYTES
-from .errors import TuneError
-from .fileio import write_atomic
-from .select import median_interval
-from .tuning_schema import Measurement, TuningCache, TuningRecord
+from aot_tune.cost import DTYPE_BYTES
+from aot_tune.errors import TuneError
+from aot_tune.fileio import write_atomic
+from aot_tune.select import median_interval
+from aot_tune.tuning_schema import Measurement, TuningCache, TuningRecord
 
 if TYPE_CHECKING:
-    from .manifest import KernelSpec
+    from aot_tune.manifest import KernelSpec
 
 SCHEMA_VERSION = 1
 #: The dtype names a record may hold (the manifest's dtypes).
@@ -97,7 +97,7 @@ def record_problem(record: TuningRecord, spec: "KernelSpec | None" = None, compl
     device, params). With the manifest's ``spec`` of its kernel: also that it answers that kernel
     (key dims, params of the space with values of the space's types); ``complete`` also asks
     every config to set every param of the space (what ``doit merge-caches`` lets in)."""
-    from .devices import INTERPRETER, device_key
+    from aot_tune.runtime.devices import INTERPRETER, device_key
 
     if not _KERNEL.fullmatch(record.kernel):
         return f"kernel name {record.kernel!r} is not a lower-case identifier of at most 64 characters"
@@ -183,7 +183,7 @@ def _value_kind(value) -> str:
 
 
 def _measurement_statuses() -> tuple[str, ...]:
-    from .bench.records import MEASUREMENT_STATUSES
+    from aot_tune.bench.runner import MEASUREMENT_STATUSES
 
     return MEASUREMENT_STATUSES
 

@@ -1,7 +1,7 @@
 """The work of one shape (FLOPs, bytes moved) and what it means on a device: rates and floors.
 
 A kernel's ``cost`` in the manifest gives FLOPs and bytes as expressions over its key dims and
-``dtype_bytes``. With a device's datasheet peaks (aot_tune.devices) a measured time becomes a
+``dtype_bytes``. With a device's datasheet peaks (aot_tune.runtime.devices) a measured time becomes a
 rate (TFLOP/s when the kernel declares FLOPs, else GB/s) and the shape gets a floor: the time
 the work takes at peak (roofline: the larger of the compute and the memory time). Work is
 computed from the manifest when needed, never stored in records: a corrected formula then
@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from .devices import DevicePeak
-from .space import Constraint
+from aot_tune.runtime.devices import DevicePeak
+from aot_tune.space import Constraint
 
 #: Bytes per element of each manifest dtype (the ``dtype_bytes`` of cost expressions).
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}

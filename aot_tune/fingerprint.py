@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import TuneError
+from aot_tune.errors import TuneError
 
 #: Bump when the meaning of a record changes, so every record is re-measured once.
 RECORD_FORMAT = 2

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-from .tuning_schema import Measurement
+from aot_tune.tuning_schema import Measurement
 
 #: Relative widening of each interval; keeps a pick at most about this much slower than the fastest.
 TIE_FLOOR = 0.005

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from aot_tune.compile import cost_estimate, longest_first
-from aot_tune.plan import recorded_compile_seconds
+from aot_tune.build.compile import cost_estimate, longest_first
+from aot_tune.pipeline.plan import recorded_compile_seconds
 
 
 def tasks(session) -> Iterator[dict]:

@@ -2,7 +2,7 @@
 pass with several configs queued may: when it dies, hangs or loses its context, the pool cannot
 tell whose fault it was from the worker's last word and must find the culprit itself.
 
-Started by tests/test_bench.py in place of aot_tune.bench.worker.worker_main (the interpreter
+Started by tests/test_bench.py in place of aot_tune.bench.local.worker.worker_main (the interpreter
 backend measures one config at a time, so its own announcements never leave a doubt)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The bench stage on a Dask cluster (`doit tune --executor dask`), on the CPU: a real scheduler and
-real Dask workers on this machine (aot_tune.cluster.local), running the Triton interpreter, with
+real Dask workers on this machine (aot_tune.bench.dask.local), running the Triton interpreter, with
 workers and the scheduler killed mid-run. Plus planning for several GPU models, and the Triton
 cache entries a remote worker is sent."""
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from tunerun import doit, executed, make_project, subprocess_env, tune, vector_add_manifest
 
-from aot_tune.bench.records import BenchRequest
+from aot_tune.bench.runner import BenchRequest
 from aot_tune.cache import read_cache, read_record
-from aot_tune.compile import CompileRequest
-from aot_tune.hardware import INTERPRETER_DEVICE, LocalDevice
+from aot_tune.build.compile import CompileRequest
+from aot_tune.bench.local.detect import INTERPRETER_DEVICE, LocalDevice
 from aot_tune.manifest import load_manifest
-from aot_tune.plan import Staleness, build_plan
+from aot_tune.pipeline.plan import Staleness, build_plan
 from aot_tune.triton_compat import cache_entry_folder, install_cache_entry, pack_cache_entry
 
 pytest.importorskip("distributed")
@@ -84,7 +84,7 @@ def test_a_shipped_cache_entry_is_a_hit_in_another_cache_folder(tmp_path, compil
     """Pack the compile stage's entry, install it into another folder (as a worker does), and a
     fresh process launching the same kernel from another copy of the sources finds it there:
     Triton compiles nothing."""
-    from aot_tune.executors import Executors
+    from aot_tune.workers.pools import Executors
 
     project = make_project(tmp_path / "project", MANIFEST)
     request = CompileRequest(kernel="vector_add", root=str(project), kernel_ref="kernels.vector_add:add_kernel",
@@ -122,7 +122,7 @@ def test_packing_a_missing_entry_gives_none(tmp_path):
 def compiled(tmp_path_factory, compile_executors) -> Path:
     """The project with its specialize and compile stages done once (in the session's compile
     worker), so each run below starts at the bench stage."""
-    from aot_tune.stages import TuneSession
+    from aot_tune.pipeline.session import TuneSession
 
     project = make_project(tmp_path_factory.mktemp("compiled"), MANIFEST)
     manifest = load_manifest(project / "tuning.yaml")
@@ -142,7 +142,7 @@ def project(compiled, tmp_path) -> Path:
 
 
 def cluster(tmp_path: Path, workers: int):
-    from aot_tune.cluster.local import LocalCluster
+    from aot_tune.bench.dask.local import LocalCluster
 
     return LocalCluster(tmp_path / "cluster", interpreter=workers, env=subprocess_env(), name="t")
 
@@ -249,8 +249,8 @@ def test_when_the_scheduler_goes_away_the_run_fails_cleanly_and_resumes(project,
 def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_path, compile_executors):
     """The path a GPU batch takes, on an interpreter worker: the entries of its compiles are packed
     and compressed here, sent with the batch, and installed once into the worker's Triton cache."""
-    from aot_tune.cluster.client import ClusterDevices
-    from aot_tune.cluster.remote import RemoteBatch
+    from aot_tune.bench.dask.client import ClusterDevices
+    from aot_tune.bench.dask.remote import RemoteBatch
     from aot_tune.triton_compat import versions
 
     manifest = load_manifest(project / "tuning.yaml")

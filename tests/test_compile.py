@@ -6,7 +6,7 @@ import pytest
 from tunerun import REPO
 
 from aot_tune import triton_compat
-from aot_tune.compile import CompileRequest, CompileResult, cost_estimate, longest_first
+from aot_tune.build.compile import CompileRequest, CompileResult, cost_estimate, longest_first
 from aot_tune.space import parse_constraint
 
 pytest.importorskip("triton")

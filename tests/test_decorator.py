@@ -57,7 +57,7 @@ class Spy:
     """Stands in for a decorated kernel's inner function: records every launch's meta-parameters
     and forwards it (each decorated kernel gets its own spy, though they share scale_kernel)."""
 
-    def __init__(self, kernel: aot_tune.decorator.TunedKernel, monkeypatch) -> None:
+    def __init__(self, kernel: aot_tune.runtime.decorator.TunedKernel, monkeypatch) -> None:
         self.launches: list[dict] = []
         self.inner = kernel.fn
         monkeypatch.setattr(kernel, "fn", self)
@@ -324,7 +324,8 @@ import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import torch, triton, triton.language as tl
 import aot_tune
-from aot_tune import runtime, triton_compat
+from aot_tune import triton_compat
+from aot_tune.runtime import lookup as runtime
 
 @triton.jit
 def scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):

@@ -1,4 +1,4 @@
-"""Tests for aot_tune.devices (GPU model -> table key) and aot_tune.hardware (what this run tunes for)."""
+"""Tests for aot_tune.runtime.devices (GPU model -> table key) and aot_tune.bench.local.detect (what this run tunes for)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from aot_tune import hardware
-from aot_tune.devices import INTERPRETER, device_key
+from aot_tune.bench.local import detect as hardware
+from aot_tune.runtime.devices import INTERPRETER, device_key
 from aot_tune.errors import TuneError
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from aot_tune.bench.measure import TOLERANCE, check_result
-from aot_tune.decorator import TunedKernel
-from aot_tune.devices import INTERPRETER
-from aot_tune.loading import resolve
+from aot_tune.bench.engine.measure import TOLERANCE, check_result
+from aot_tune.runtime.decorator import TunedKernel
+from aot_tune.runtime.devices import INTERPRETER
+from aot_tune.build.loading import resolve
 from aot_tune.manifest import load_manifest
 from aot_tune.runtime import TuningWarning
 

@@ -146,7 +146,7 @@ def test_device_workers_are_forks_of_the_fork_server(tmp_path):
     without initializing it: a GPU worker is still a fork of the server (a spawned one would
     import torch again, seconds), and it opens its GPU."""
     code = textwrap.dedent("""
-        from aot_tune.bench.pool import DevicePool
+        from aot_tune.bench.local.pool import DevicePool
         pool = DevicePool("cuda", 1, "triton-cache")
         try:
             worker = pool.worker(0)
@@ -168,7 +168,7 @@ def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_pa
     project = make_project(tmp_path, manifest)
     proc = tune(project, "gemm", backend="cuda")
     assert "search: successive_halving, 9 configs per shape: 2 shapes" in proc.stderr, proc.stderr
-    from aot_tune.bench.measure import MIN_SAMPLES
+    from aot_tune.bench.engine.measure import MIN_SAMPLES
     from aot_tune.cache import read_record
 
     for path in (project / ".aot_tune" / "bench").rglob("gemm/*.pb"):
@@ -193,7 +193,7 @@ def test_a_fault_in_a_pipelined_pass_is_pinned_on_its_config(tmp_path):
     only the faulty config is recorded as crashed and the good ones around it are timed."""
     from tunerun import planted
 
-    from aot_tune.bench.pool import DevicePool
+    from aot_tune.bench.local.pool import DevicePool
     from aot_tune.manifest import BenchSettings
 
     settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
@@ -219,8 +219,8 @@ def test_a_workers_first_graph_timed_configs_read_like_its_later_ones(tmp_path):
 
     from tunerun import REPO
 
-    from aot_tune.bench.pool import DevicePool
-    from aot_tune.bench.records import BenchRequest
+    from aot_tune.bench.local.pool import DevicePool
+    from aot_tune.bench.runner import BenchRequest
     from aot_tune.manifest import BenchSettings
 
     settings = BenchSettings(warmup_ms=2.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)

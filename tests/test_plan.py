@@ -7,9 +7,9 @@ import time
 import pytest
 from tunerun import REPO, gemm_manifest
 
-from aot_tune import plan as plan_module
+from aot_tune.pipeline import plan as plan_module
 from aot_tune.cache import read_cache
-from aot_tune.hardware import LocalDevice
+from aot_tune.bench.local.detect import LocalDevice
 from aot_tune.manifest import load_manifest
 
 
@@ -86,7 +86,7 @@ BUDGETED = gemm_manifest("""\
 def budgeted_plan(tmp_path, search: str):
     from tunerun import make_project
 
-    from aot_tune.hardware import INTERPRETER_DEVICE
+    from aot_tune.bench.local.detect import INTERPRETER_DEVICE
 
     project = make_project(tmp_path / search.replace(" ", "").replace(":", "-")[:40], BUDGETED.replace("SEARCH", search))
     manifest = load_manifest(project / "tuning.yaml")
@@ -105,9 +105,9 @@ def test_exhaustive_fingerprints_ignore_the_search_block_and_budgeted_ones_depen
 
 
 def test_random_draws_alone_are_compiled_and_seeded_benches_wait_for_their_anchors(tmp_path):
-    from aot_tune.executors import Executors
+    from aot_tune.workers.pools import Executors
     from aot_tune.rules import bench as bench_rule
-    from aot_tune.stages import TuneSession
+    from aot_tune.pipeline.session import TuneSession
 
     random_plan = budgeted_plan(tmp_path, "{strategy: random, budget: {configs: 5}}")
     kp = random_plan.kernels[0]
@@ -129,7 +129,7 @@ def test_random_draws_alone_are_compiled_and_seeded_benches_wait_for_their_ancho
 
 
 def test_a_budgeted_search_is_done_when_it_searched_exactly_the_planned_candidates(tmp_path):
-    from aot_tune.search import candidate_digest
+    from aot_tune.search.strategies import candidate_digest
     from aot_tune.tuning_schema import TuningRecord
 
     plan = budgeted_plan(tmp_path, "{strategy: surrogate, budget: {configs: 5}}")

@@ -15,9 +15,9 @@ import pytest
 from tunerun import REPO, subprocess_env
 
 from aot_tune import cache as cache_io
-from aot_tune import search
+from aot_tune.search import strategies as search
 from aot_tune.manifest import SearchSettings
-from aot_tune.replay import exhaustive_seconds, replay_suite, short_measurement
+from aot_tune.search.replay import exhaustive_seconds, replay_suite, short_measurement
 from aot_tune.select import choose
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
@@ -93,7 +93,7 @@ def test_budgeted_replays_cost_their_probes_and_short_timings_cost_less():
 def test_the_replay_searches_anchors_first_and_seeds_the_rest_from_them():
     result = replay_suite(SUITE, SearchSettings("surrogate", 6))
     order = [s.shape for s in result.shapes]
-    from aot_tune.search import transfer_plan
+    from aot_tune.search.strategies import transfer_plan
 
     plan = transfer_plan([tuple(r.shape) for r in SUITE])
     anchors = [s for s in order if not plan[s]]
@@ -145,8 +145,8 @@ def test_pareto_runs_end_to_end_under_the_interpreter(tmp_path):
 
 
 def test_the_first_probe_of_a_shape_pays_for_building_its_inputs():
-    from aot_tune.replay import replay_shape, shape_setup_seconds
-    from aot_tune.search import up_front
+    from aot_tune.search.replay import replay_shape, shape_setup_seconds
+    from aot_tune.search.strategies import up_front
 
     record = TuningRecord()
     record.CopyFrom(SUITE[0])

@@ -16,8 +16,8 @@ from tunerun import REPO, doit, gemm_manifest, make_project
 
 from aot_tune import cache as cache_io
 from aot_tune.manifest import load_manifest
-from aot_tune.report import build_report, write_report
-from aot_tune.runlog import append_run, time_split
+from aot_tune.reports.report import build_report, write_report
+from aot_tune.pipeline.runlog import append_run, time_split
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 

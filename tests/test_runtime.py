@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aot_tune import runtime
+from aot_tune.runtime import lookup as runtime
 from aot_tune.runtime import TunedTable, TuningWarning, select_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,14 +11,14 @@ import zlib
 
 import pytest
 
-from aot_tune import search
+from aot_tune.search import strategies as search
 from aot_tune.manifest import SearchSettings
-from aot_tune.search import (
+from aot_tune.search.strategies import (
     Source, covers, run_search, seeded_order, source_from_record, transfer_plan, up_front,
 )
 from aot_tune.select import choose, comparable
 from aot_tune.space import Config
-from aot_tune.surrogate import AdditiveModel, maximin_design, varying_params
+from aot_tune.search.surrogate import AdditiveModel, maximin_design, varying_params
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
 SPACE = [Config.from_dict({"A": a, "B": b, "C": c, "D": d, "E": e})
@@ -304,7 +304,7 @@ def test_a_record_covers_the_candidates_it_searched():
     record = TuningRecord()
     record.search.candidates = "x"
     assert not covers(record, SPACE)
-    from aot_tune.search import candidate_digest
+    from aot_tune.search.strategies import candidate_digest
 
     record.search.candidates = candidate_digest(list(reversed(SPACE)))
     assert covers(record, SPACE) and not covers(record, SPACE[1:])

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from aot_tune import search
-from aot_tune.bench.records import ConfigMeasurement
+from aot_tune.search import strategies as search
+from aot_tune.bench.runner import ConfigMeasurement
 from aot_tune.manifest import BenchSettings, SearchSettings
 from aot_tune.space import Config
-from aot_tune.stages import TuneSession
+from aot_tune.pipeline.session import TuneSession
 
 CONFIGS = [Config.from_dict({"A": a, "B": b, "C": c})
            for a, b, c in itertools.product([16, 32, 64, 128], [16, 32, 64, 128], [1, 2, 4])]

@@ -10,7 +10,7 @@ import pytest
 import tunerun
 from tunerun import doit, executed, make_project, vector_add_manifest
 
-from aot_tune import search
+from aot_tune.search import strategies as search
 from aot_tune.cache import read_cache, read_record
 
 MANIFEST = vector_add_manifest("""\

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from tunerun import gemm_manifest, make_project
 
-from aot_tune.compile import CompileRequest
-from aot_tune.executors import Executors
-from aot_tune.hardware import INTERPRETER_DEVICE
+from aot_tune.build.compile import CompileRequest
+from aot_tune.workers.pools import Executors
+from aot_tune.bench.local.detect import INTERPRETER_DEVICE
 from aot_tune.manifest import load_manifest
-from aot_tune.plan import Staleness, build_plan
-from aot_tune.specialize import UNBOUND, read_table
-from aot_tune.stages import TuneSession
+from aot_tune.pipeline.plan import Staleness, build_plan
+from aot_tune.build.specialize import UNBOUND, read_table
+from aot_tune.pipeline.session import TuneSession
 
 pytest.importorskip("triton")
 

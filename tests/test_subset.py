@@ -6,7 +6,7 @@ import subprocess
 from tunerun import REPO, doit_command, subprocess_env
 
 from aot_tune import cache as cache_io
-from aot_tune.subset import render_report, render_triton, select_subset, worst_ratio
+from aot_tune.reports.subset import render_report, render_triton, select_subset, worst_ratio
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
 PARAMS = {"a": {"BLOCK": 64, "num_warps": 4}, "b": {"BLOCK": 128, "num_warps": 4},

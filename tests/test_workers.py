@@ -1,5 +1,5 @@
 """How worker processes start: compile workers forked from a fork server that imported torch and
-triton once (aot_tune.forking, aot_tune.forkserver_preload), and what must still hold for them:
+triton once (aot_tune.workers.forking, aot_tune.workers.preload), and what must still hold for them:
 the run's Triton cache and environment, recovery from a crash or a hang, the spawn fallback."""
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 import torch
 from tunerun import doit_command, make_project, subprocess_env, tune, vector_add_manifest
 
-from aot_tune import forking, triton_compat
-from aot_tune.compile import CompileRequest
-from aot_tune.executors import Executors, worker_state
-from aot_tune.hardware import INTERPRETER_DEVICE
+from aot_tune.workers import forking, triton_compat
+from aot_tune.build.compile import CompileRequest
+from aot_tune.workers.pools import Executors, worker_state
+from aot_tune.bench.local.detect import INTERPRETER_DEVICE
 
 pytest.importorskip("triton")
 needs_forkserver = pytest.mark.skipif(not forking.available(), reason="no forkserver start method here")
@@ -144,8 +144,8 @@ CHECK_WORKERS = """\
     if __name__ == "__main__":  # (a worker runs this file too, as its main module: it imports nothing)
         import json
         from pathlib import Path
-        from aot_tune.executors import Executors, worker_state
-        from aot_tune.hardware import INTERPRETER_DEVICE
+        from aot_tune.workers.pools import Executors, worker_state
+        from aot_tune.bench.local.detect import INTERPRETER_DEVICE
 
         executors = Executors(INTERPRETER_DEVICE, Path("cache"), compile_jobs=1)
         state = executors._pool().submit(worker_state).result()
@@ -199,7 +199,7 @@ def test_a_gpu_worker_is_forked_only_if_the_fork_server_left_the_cuda_driver_uni
     library = tmp_path / "libcuda.so.1"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     code = """\
-        from aot_tune.bench.pool import DevicePool
+        from aot_tune.bench.local.pool import DevicePool
 
         if __name__ == "__main__":
             pool = DevicePool("cuda", 1, "cache")
@@ -254,7 +254,7 @@ def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(tmp_path, monkey
     (fresh / "pyproject.toml").write_text('[tool.doit]\nloader = "aot_tune"\n')  # for `doit list`
     from doit.doit_cmd import DoitMain
 
-    from aot_tune.bench.pool import DevicePool
+    from aot_tune.bench.local.pool import DevicePool
 
     started = []
     monkeypatch.setattr(forking, "start_server", lambda: started.append("server"))

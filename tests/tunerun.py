@@ -79,7 +79,7 @@ def executed(proc: subprocess.CompletedProcess) -> list[str]:
 def planted(fault: int, block: int = 64, n: int = 300, settings=None):
     """A bench request for one config of tools/planted_kernels.py (``FAULT``: 0 correct, 1 wrong,
     2 NaN, 3 illegal address, 4 hang), id ``fault<F>-block<B>``."""
-    from aot_tune.bench.records import BenchRequest
+    from aot_tune.bench.runner import BenchRequest
     from aot_tune.manifest import BenchSettings
 
     return BenchRequest(

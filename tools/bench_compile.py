@@ -45,7 +45,7 @@ os.environ["TRITON_CACHE_DIR"] = SEQUENTIAL_CACHE  # before triton is imported, 
 os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, str(ROOT))
 
-from aot_tune.compile import CompileRequest, CompileResult, compile_config, cost_estimate, longest_first  # noqa: E402
+from aot_tune.build.compile import CompileRequest, CompileResult, compile_config, cost_estimate, longest_first  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402
 from aot_tune.space import Config, ConfigSpace  # noqa: E402
 
@@ -83,8 +83,8 @@ def by_cost(configs: list[Config]) -> list[Config]:
 
 
 def fanout(configs: list[Config], target: str, shape: dict, jobs: int) -> tuple[float, list[CompileResult]]:
-    from aot_tune.executors import Executors
-    from aot_tune.hardware import INTERPRETER_DEVICE
+    from aot_tune.workers.pools import Executors
+    from aot_tune.bench.local.detect import INTERPRETER_DEVICE
 
     cache = Path(tempfile.mkdtemp(prefix="aot_tune-fan-cache-"))
     executors = Executors(INTERPRETER_DEVICE, cache, jobs)

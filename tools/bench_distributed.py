@@ -6,7 +6,7 @@
 2. For each executor (local, dask) and GPU count, a fresh copy receives those compile outputs but
    no bench outputs or caches, and `doit tune` benchmarks from scratch:
    * local: `doit tune` with CUDA_VISIBLE_DEVICES set to that many GPUs;
-   * dask: a scheduler on this host and one bench worker per GPU (aot_tune.cluster.local), started
+   * dask: a scheduler on this host and one bench worker per GPU (aot_tune.bench.dask.local), started
      and registered before the timer starts (an existing cluster), then
      `doit tune --executor dask --scheduler FILE`.
 
@@ -70,11 +70,11 @@ def compile_once(project: Path, kernels: list[str], jobs: int, backend: str) -> 
     """The specialize and compile stages of `doit tune`, without benchmarking anything."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from aot_tune.executors import Executors
-    from aot_tune.hardware import detect
+    from aot_tune.workers.pools import Executors
+    from aot_tune.bench.local.detect import detect
     from aot_tune.manifest import load_manifest
-    from aot_tune.plan import build_plan
-    from aot_tune.stages import TuneSession
+    from aot_tune.pipeline.plan import build_plan
+    from aot_tune.pipeline.session import TuneSession
 
     began = time.perf_counter()
     manifest = load_manifest(project / "tuning.yaml")
@@ -131,7 +131,7 @@ def picks(project: Path) -> dict:
 
 
 def _seconds(duration: str) -> float:
-    """'41.3s', '1m23s' or '2h05m' (aot_tune.progress) in seconds."""
+    """'41.3s', '1m23s' or '2h05m' (aot_tune.pipeline.progress) in seconds."""
     match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:([\d.]+)s)?", duration)
     hours, minutes, seconds = (float(g or 0) for g in match.groups())
     return hours * 3600 + minutes * 60 + seconds
@@ -153,7 +153,7 @@ def main() -> None:
         import doit  # noqa: F401
     except ImportError as exc:
         sys.exit(f"bench_distributed: {exc}; fix: install doit, dask and distributed (see BENCHMARKS.md for the wheels)")
-    from aot_tune.cluster.local import LocalCluster
+    from aot_tune.bench.dask.local import LocalCluster
 
     if args.interpreter:
         where = "Triton interpreter (a check of the tool, not a measurement)"

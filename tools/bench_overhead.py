@@ -5,7 +5,7 @@ For sampled configs of the repo's kernels on the shapes of tuning.yaml, each con
 
 * do_bench: ``triton.testing.do_bench(fn, quantiles=(0.5, 0.2, 0.8))`` with its defaults
   (warmup 25 ms, rep 100 ms, a 256 MB L2 flush before every timed run), as the autotuner does;
-* ours: aot_tune.bench.measure with the kernel's bench settings from tuning.yaml (what
+* ours: aot_tune.bench.engine.measure with the kernel's bench settings from tuning.yaml (what
   `doit tune` runs), including its correctness check on fresh inputs: one pass over the shape's
   sampled configs per repeat, pipelined as a bench task runs them (its wall time is shared out
   evenly among them).
@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aot_tune.bench.measure import Workload, measure_configs, warm_up_graphs  # noqa: E402
-from aot_tune.bench.records import BenchRequest  # noqa: E402
+from aot_tune.bench.engine.measure import Workload, measure_configs, warm_up_graphs  # noqa: E402
+from aot_tune.bench.runner import BenchRequest  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402
 from aot_tune.space import Config  # noqa: E402
 
@@ -200,7 +200,7 @@ def planted_request(fault: int, block: int, settings) -> BenchRequest:
 def planted_faults(timeout_s: float) -> None:
     """Faults through the real worker pool: each alone, followed by a good config on the same
     GPU; then all in one batch, measured as one pipelined pass, as a bench task sends them."""
-    from aot_tune.bench.pool import DevicePool
+    from aot_tune.bench.local.pool import DevicePool
     from aot_tune.manifest import BenchSettings
 
     settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)

@@ -12,7 +12,7 @@ Three measurements on ``kernels/vector_add.py`` (``add_kernel`` is decorated wit
    pulled in torch or triton).
 3. first call: in a fresh process with a warm Triton cache (each mode runs once to warm it), the
    wall time of the first launch (to synchronize), for a hard-coded config, the decorated kernel
-   (with and without its warm start, ``aot_tune.warm_start``) and ``@triton.autotune`` with the
+   (with and without its warm start, ``aot_tune.runtime.warm_start``) and ``@triton.autotune`` with the
    same configs.
 
 On a GPU machine, from the repository root (needs torch and triton, not doit):
@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ("vector_add", "softmax", "rmsnorm", "gemm")
 MODES = ("hard-coded", "aot_tune.autotune", "triton.autotune")
-#: First-call rows: (label, launch mode, environment). Warm start (aot_tune.warm_start) is on for
+#: First-call rows: (label, launch mode, environment). Warm start (aot_tune.runtime.warm_start) is on for
 #: aot_tune.autotune by default; it is switched off for the baselines, so they take Triton's own
 #: path, and for one aot_tune row, to show what it saves.
 FIRST_CALL_ROWS = (

@@ -148,7 +148,7 @@ def tune(project: Path, args, timeout: float) -> dict:
 def our_split(project: Path, wall: float) -> dict:
     """The clean run's wall time by part, from its run log; start-up is the time outside the
     command's own clock (interpreter start, imports, doit's loading)."""
-    from aot_tune.runlog import read_runs, time_split
+    from aot_tune.pipeline.runlog import read_runs, time_split
 
     runs = read_runs(project / ".aot_tune")
     if not runs:
@@ -289,7 +289,7 @@ def geomean(values: list[float]) -> float | None:
 
 def local_target(interpreter: bool) -> tuple[str, str]:
     """(GPU target, device name), read without importing torch in this process."""
-    from aot_tune.hardware import detect
+    from aot_tune.bench.local.detect import detect
 
     if interpreter:
         return "sm90", "Triton interpreter (CPU)"
@@ -410,7 +410,7 @@ def triton_lines(theirs: dict, clean: dict, shapes: int) -> list[str]:
 
 def repo_table(interpreter: bool, device_name: str) -> dict:
     """This repository's checked-in GEMM table for this device (generated/gemm.py), if it has one."""
-    from aot_tune.devices import INTERPRETER, device_key
+    from aot_tune.runtime.devices import INTERPRETER, device_key
 
     try:
         from generated import gemm
@@ -428,7 +428,7 @@ def repo_default_config():
 
 def summarize_retime(retimed: dict, device_name: str) -> dict:
     """Per shape: the quality ratio (ours / Triton's pick), TFLOP/s of every side, the floor."""
-    from aot_tune.devices import device_peak
+    from aot_tune.runtime.devices import device_peak
 
     peak = device_peak(device_name)
     rows = []

@@ -5,7 +5,7 @@ Table 6 and Figure 3), from one exhaustive run and replays of it.
    suite's shapes, one dtype, compiled for the local GPU's target only) is tuned by `doit tune`:
    every config of every shape measured, every raw sample kept under .aot_tune/bench/.
 2. replay: every strategy and budget (configs per shape) is replayed over those samples with
-   aot_tune.replay, over --seeds seeds each, on all cores: the strategies' own code runs, short
+   aot_tune.search.replay, over --seeds seeds each, on all cores: the strategies' own code runs, short
    timings are prefixes of the recorded samples, and the strategies' compute is timed for real.
    Quality is the geometric mean over shapes of (exhaustive median of the pick) / (exhaustive
    median of the exhaustive pick); time is the search's seconds over the exhaustive run's
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from aot_tune import cache as cache_io  # noqa: E402
 from aot_tune.manifest import SearchSettings, load_manifest  # noqa: E402
-from aot_tune.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite  # noqa: E402
+from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite  # noqa: E402
 from aot_tune.tuning_schema import TuningCache, TuningRecord  # noqa: E402
 
 #: label -> settings other than the budget and seed
@@ -106,7 +106,7 @@ def make_project(where: Path, manifest: str) -> Path:
     # Registers the commands even where aot_tune is on PYTHONPATH but not installed.
     (where / "pyproject.toml").write_text(
         '[tool.doit]\nbackend = "sqlite3"\ndep_file = ".aot_tune/doit.sqlite3"\n\n'
-        '[tool.doit.plugins.command]\ntune = "aot_tune.doit_plugin:TuneCommand"\n')
+        '[tool.doit.plugins.command]\ntune = "aot_tune.commands.plugin:TuneCommand"\n')
     return where
 
 
@@ -366,7 +366,7 @@ def main() -> None:
             report["device"] = records[0].device.name
             base = targets = backend = None
         else:
-            from aot_tune.hardware import detect
+            from aot_tune.bench.local.detect import detect
 
             device = detect(args.backend)
             backend = device.backend

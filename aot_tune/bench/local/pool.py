@@ -1,0 +1,251 @@
+"""One worker process per device, leased to one bench task at a time.
+
+Bench tasks run on threads of the tuning process; each leases a whole device for its shape, so
+shapes spread over the GPUs and no GPU ever runs two benchmarks at once. A worker that dies or
+hangs is killed and replaced; the config it was running is recorded as crashed or timed out
+(when several configs had work queued on the GPU, each is first measured again alone).
+
+A GPU worker is forked from the fork server the compile workers come from (aot_tune.workers.forking),
+which imported torch and triton once and never initialized CUDA: it initializes CUDA itself,
+after the fork, and starts in about the time CUDA takes instead of importing for seconds first.
+It checks first that nothing in the server initialized the CUDA driver (a CUDA build of torch
+loads the driver's library when imported; loaded is fine, initialized is not); if something did,
+it says so and the pool spawns its workers instead. The interpreter's worker is always spawned: Triton
+decides when it is imported whether its own library functions are interpreted, and the server
+imported it for compiling.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from aot_tune.workers import forking
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+from aot_tune.bench.local.worker import worker_main
+
+STARTUP_TIMEOUT_S = 300.0
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    conn: object
+    info: DeviceInfo
+
+
+@dataclass(frozen=True)
+class _Suspects:
+    """Configs that had work on a device when its worker died, hung or lost its CUDA context."""
+
+    config_ids: tuple[str, ...]
+    status: str  # what the culprit gets: crashed or timeout
+    reason: str
+
+
+class DeviceLease:
+    """A device held by one bench task; sends it the task's configs and collects the results."""
+
+    def __init__(self, pool: "DevicePool", index: int) -> None:
+        self._pool = pool
+        self.index = index
+        self.cache_hits = 0
+        self.cache_misses = 0
+
+    @property
+    def info(self) -> DeviceInfo:
+        return self._pool.worker(self.index).info
+
+    def ready(self) -> None:
+        """Wait for this device's worker to be up (a task that times its work starts after this)."""
+        self._pool.worker(self.index)
+
+    def measure(self, request: BenchRequest, timeout_s: float) -> ConfigMeasurement:
+        (result,) = self.measure_all([request], timeout_s)  # drained, so the worker's "done" is read
+        return result
+
+    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> Iterator[ConfigMeasurement]:
+        """One result per request, as each completes (not in request order; iterate to the end,
+        the worker's last message is read then). A config that kills the worker or runs past
+        ``timeout_s`` in one step is recorded as crashed or timed out, and the configs without a
+        result yet go to a fresh worker. The worker names the configs with work on the device
+        before each step; when a death, a hang or a lost CUDA context leaves several of them
+        suspect, each is measured again on its own, so only the culprit is blamed."""
+        remaining = list(requests)
+        while remaining:
+            done: set[str] = set()
+            suspects: tuple[str, ...] = ()
+            for message in self._exchange(remaining, timeout_s):
+                if isinstance(message, _Suspects):
+                    if len(message.config_ids) == 1:  # the only config on the device: its fault
+                        done.add(message.config_ids[0])
+                        yield ConfigMeasurement(message.config_ids[0], message.status, message.reason)
+                    else:
+                        suspects = message.config_ids
+                    break
+                result, hits, misses, usable = message
+                self.cache_hits += hits
+                self.cache_misses += misses
+                done.add(result.config_id)
+                yield result
+                if not usable:  # the worker is exiting; the rest go to a fresh one
+                    self._pool.discard(self.index)
+                    break
+            for request in [r for r in remaining if r.config_id in suspects and r.config_id not in done]:
+                for result in self.measure_all([request], timeout_s):  # alone: it cannot have suspects
+                    done.add(result.config_id)
+                    yield result
+            remaining = [r for r in remaining if r.config_id not in done]
+
+    def _exchange(self, batch: list[BenchRequest], timeout_s: float) -> Iterator:
+        """The worker's results for a batch, then stop; or, when it died, stopped answering or
+        lost its CUDA context, the configs that had work on the device then (it is discarded)."""
+        worker = self._pool.worker(self.index)
+        current: tuple[str, ...] = (batch[0].config_id,)
+        try:
+            worker.conn.send(batch)
+            while True:
+                if not worker.conn.poll(timeout_s):
+                    self._pool.discard(self.index)
+                    yield _Suspects(current, "timeout", f"no progress within {timeout_s:.0f} s")
+                    return
+                message = worker.conn.recv()
+                if message[0] == "phase":
+                    current = tuple(message[1])
+                elif message[0] == "result":
+                    yield message[1:]
+                    if not message[4]:
+                        return
+                elif message[0] == "unattributed":
+                    self._pool.discard(self.index)
+                    yield _Suspects(tuple(message[1]), "crashed", message[2])
+                    return
+                else:  # "done"
+                    return
+        except (EOFError, OSError, BrokenPipeError):
+            worker.process.join(5)
+            code = worker.process.exitcode
+            self._pool.discard(self.index)
+            yield _Suspects(current, "crashed", f"device worker died (exit code {code})")
+
+
+class DevicePool:
+    """Device workers for one backend: ``cuda`` (one per visible GPU) or ``interpreter`` (one)."""
+
+    def __init__(self, backend: str, device_count: int, triton_cache_dir: str) -> None:
+        self.backend = backend
+        self.triton_cache_dir = triton_cache_dir
+        self._workers: dict[int, _Worker] = {}
+        self._free: queue.Queue[int] = queue.Queue()
+        for index in range(device_count):
+            self._free.put(index)
+        # One lock per device: starting one worker (seconds: torch, CUDA) never blocks another's lease.
+        self._locks = [threading.Lock() for _ in range(device_count)]
+        self._warming = threading.Lock()
+        self._warm_started = False
+        #: time.time() when the workers were asked to start, and when the last of them was up
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+        self._starting = device_count
+        # None: the fork server's context, chosen when the first worker starts (see the module doc).
+        self._context = multiprocessing.get_context("spawn") if backend != "cuda" else None
+
+    @contextlib.contextmanager
+    def lease(self, device=None) -> Iterator[DeviceLease]:
+        """Hold a free device of this pool (all of one model: ``device``, the model a bench task
+        asks for, is the pool's own) until the block ends."""
+        self._start_all_once()
+        index = self._free.get()
+        try:
+            yield DeviceLease(self, index)
+        finally:
+            self._free.put(index)
+
+    def start(self) -> None:
+        """Start every device's worker in the background now (e.g. while compiles run)."""
+        self._start_all_once()
+
+    def _start_all_once(self) -> None:
+        """Start every device's worker at once, so no GPU waits on another's start-up. A worker
+        that fails to start fails the lease that needs it, with its reason."""
+        with self._warming:
+            if self._warm_started:
+                return
+            self._warm_started = True
+            self.started_at = time.time()
+        if self._context is None:
+            forking.start_server()
+        for index in range(len(self._locks)):
+            threading.Thread(target=self._warm, args=(index,), name=f"aot_tune-warm-{index}", daemon=True).start()
+
+    def _warm(self, index: int) -> None:
+        with contextlib.suppress(Exception):
+            self.worker(index)
+        with self._warming:
+            self._starting -= 1
+            if self._starting == 0:
+                self.ready_at = time.time()
+
+    def worker(self, index: int) -> _Worker:
+        with self._locks[index]:
+            worker = self._workers.get(index)
+            if worker is None or not worker.process.is_alive():
+                worker = self._workers[index] = self._start(index)
+            return worker
+
+    def _start(self, index: int) -> _Worker:
+        context = self._context or forking.context()
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=worker_main, args=(child, self.backend, index, self.triton_cache_dir, forking.environment()),
+            name=f"aot_tune-{self.backend}-{index}", daemon=True,
+        )
+        process.start()
+        child.close()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not parent.poll(1.0):
+            if not process.is_alive() or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"{self.backend} device worker {index} failed to start "
+                                   f"(exit code {process.exitcode})")
+        try:
+            info = parent.recv()
+        except EOFError:  # it died before it said it was up
+            process.join(5)
+            raise RuntimeError(f"{self.backend} device worker {index} failed to start "
+                               f"(exit code {process.exitcode})") from None
+        if isinstance(info, tuple) and info[0] == "spawn instead":  # forked, and CUDA was not safe to use
+            process.join(5)
+            if context.get_start_method() == "spawn":
+                raise RuntimeError(f"{self.backend} device worker {index} failed to start: {info[1]}")
+            print(f"aot_tune: spawning {self.backend} device workers: {info[1]}", file=sys.__stderr__, flush=True)
+            self._context = multiprocessing.get_context("spawn")
+            return self._start(index)
+        return _Worker(process, parent, info)
+
+    def discard(self, index: int) -> None:
+        with self._locks[index]:
+            worker = self._workers.pop(index, None)
+        if worker is not None:
+            worker.process.kill()
+            worker.process.join(5)
+
+    def close(self) -> None:
+        workers = []
+        for index, lock in enumerate(self._locks):
+            with lock:  # waits for a start in flight, so no worker outlives the pool
+                worker = self._workers.pop(index, None)
+            if worker is not None:
+                workers.append(worker)
+        for worker in workers:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                worker.conn.send(None)
+        for worker in workers:
+            worker.process.join(10)
+            if worker.process.is_alive():
+                worker.process.kill()

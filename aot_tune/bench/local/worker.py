@@ -1,0 +1,127 @@
+"""A device worker: one process per GPU (or one for the interpreter), fed the configs of one shape.
+
+It owns its device exclusively, so two benchmarks never share a GPU; if a config crashes the
+process (illegal address, abort) or hangs, the pool kills it and starts a new one, and only that
+config is lost. It imports torch and triton once (a GPU worker is forked from the fork server,
+which has; see aot_tune.bench.local.pool) and caches the inputs of the current shape.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from multiprocessing.connection import Connection
+
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+
+
+def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str,
+                environ: dict[str, str] | None = None) -> None:
+    """Process entry point: set the environment before torch/triton load (or, forked from the fork
+    server, before the lazy reads of the knobs: aot_tune.workers.preload), then serve batches.
+
+    A batch is a list of requests for one (kernel, shape, dtype). The worker sends, in order:
+    ``("phase", config_ids, phase)`` before each step that may crash or hang, naming the configs
+    with work on the device then (so the pool knows whose fault a death or a hang can be),
+    ``("result", measurement, cache hits, cache misses, usable)`` for each config, and
+    ``("done",)`` at the end. After a sticky CUDA error (illegal address, launch failure) the
+    context is unusable: the worker says so and exits, and the pool gives the configs that have
+    no result yet to a fresh one. If other configs had work on the device when the error
+    surfaced, the worker cannot tell whose it was: it sends ``("unattributed", config_ids,
+    message)`` instead, and the pool measures each of them again on its own.
+    """
+    from aot_tune import triton_compat
+    from aot_tune.workers import forking
+
+    forking.adopt_environment(environ)
+    os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
+    if backend == "interpreter":
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)  # as the fork server imported triton
+    problem = forking.cuda_fork_problem() if backend == "cuda" and forking.forked_from_server() else None
+    if problem:  # before anything touches CUDA: the pool spawns a worker instead
+        conn.send(("spawn instead", problem))
+        return
+    triton_compat.pin_environment()
+    from aot_tune.bench.engine.measure import Workload, context_usable, measure_configs
+
+    info, device, clocks = _open_device(backend, device_index)
+    conn.send(info)
+    counter = triton_compat.CacheHitCounter()
+    workloads: dict[tuple, Workload] = {}
+    in_flight: tuple[str, ...] = ()  # the configs with work on the device, as last announced
+
+    def announce(config_ids: tuple[str, ...], phase: str) -> None:
+        nonlocal in_flight
+        in_flight = config_ids
+        conn.send(("phase", config_ids, phase))
+
+    with counter.installed() if backend == "cuda" else _nothing():
+        while True:
+            batch: list[BenchRequest] | None = conn.recv()
+            if batch is None:
+                return
+            first = batch[0]
+            key = (first.kernel, first.shape, first.dtype)
+            if key not in workloads:
+                workloads.clear()  # one shape at a time keeps device memory flat
+                try:
+                    workloads[key] = Workload(first, device)
+                except Exception as exc:  # the input builder or reference failed: every config fails
+                    message = f"input builder or reference failed: {type(exc).__name__}: {exc}"[:500]
+                    for request in batch:
+                        conn.send(("result", ConfigMeasurement(request.config_id, "runtime_error", message), 0, 0, True))
+                    conn.send(("done",))
+                    continue
+            counted = [counter.hits, counter.misses]
+            results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks, announce=announce)
+            for result in results:
+                usable = backend != "cuda" or result.ok or context_usable()
+                if not usable and set(in_flight) - {result.config_id}:
+                    conn.send(("unattributed", in_flight,
+                               f"the CUDA context did not survive: {result.message}"[:500]))
+                    return
+                if not usable:
+                    result.status = "crashed"
+                    result.message = f"the CUDA context did not survive this config: {result.message}"[:500]
+                conn.send(("result", result, counter.hits - counted[0], counter.misses - counted[1], usable))
+                counted = [counter.hits, counter.misses]
+                if not usable:
+                    return
+            conn.send(("done",))
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _open_device(backend: str, device_index: int):
+    import torch
+
+    from aot_tune.runtime.devices import device_key
+    from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+    from aot_tune.bench.engine.measure import warm_up_graphs
+    from aot_tune.bench.nvml import GpuClocks
+
+    if backend == "interpreter":
+        info = DeviceInfo(INTERPRETER_DEVICE.key, INTERPRETER_DEVICE.name, INTERPRETER_DEVICE.compute_capability,
+                          backend)
+        return info, "cpu", None
+    torch.cuda.set_device(device_index)
+    warm_up_graphs(f"cuda:{device_index}")
+    props = torch.cuda.get_device_properties(device_index)
+    clocks = GpuClocks(str(getattr(props, "uuid", "")))
+    info = DeviceInfo(
+        key=device_key(props.name), name=props.name, compute_capability=f"{props.major}.{props.minor}",
+        backend=backend, driver=clocks.driver, cuda=str(torch.version.cuda),
+        l2_bytes=int(getattr(props, "L2_cache_size", 0)) or 50 * 2**20,
+    )
+    return info, f"cuda:{device_index}", clocks
+
+
+if __name__ == "__main__":  # pragma: no cover - started through multiprocessing only
+    sys.exit("aot_tune.bench.local.worker is started by the bench pool, not by hand")

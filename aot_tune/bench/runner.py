@@ -1,0 +1,66 @@
+"""Plain-data requests and results exchanged with device workers (they pickle across processes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aot_tune.manifest import BenchSettings
+from aot_tune.bench.nvml import ClockReading
+
+#: Outcomes of one config on one shape; everything but "ok" is a typed failure and never chosen.
+MEASUREMENT_STATUSES = ("ok", "wrong_result", "runtime_error", "crashed", "timeout", "invalid")
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """Measure one config of one kernel on one (shape, dtype)."""
+
+    kernel: str
+    root: str
+    launch_ref: str
+    inputs_ref: str
+    reference_ref: str
+    shape: tuple[tuple[str, int], ...]
+    dtype: str
+    config_id: str
+    config: tuple[tuple[str, object], ...]
+    settings: BenchSettings
+    #: Call ``launch_ref(*inputs)`` as it is, with no config: a vendor implementation (torch) timed
+    #: as a baseline by the same engine.
+    plain: bool = False
+    #: Triton kernel hashes of the compiles a GPU launch of this config uses (from the compile
+    #: stage), so a worker on another machine can be given those Triton cache entries.
+    kernel_hashes: tuple[str, ...] = ()
+
+
+@dataclass
+class ConfigMeasurement:
+    """One config's outcome on one (shape, dtype): its samples, how they were taken, and the clocks."""
+
+    config_id: str
+    status: str
+    message: str = ""
+    times_ms: list[float] = field(default_factory=list)
+    error_norm: float = 0.0
+    method: str = ""               # "events", "graph" or "wall"
+    launches_per_sample: int = 1
+    cold_l2: bool = False
+    clocks_start: ClockReading = ClockReading()
+    clocks_end: ClockReading = ClockReading()
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # wall time of check, warmup, capture, timed
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device worker reports about itself; goes into every record's provenance."""
+
+    key: str
+    name: str
+    compute_capability: str
+    backend: str
+    driver: str = ""
+    cuda: str = ""
+    l2_bytes: int = 0

@@ -1,0 +1,168 @@
+"""Builder: AOT-compile one config of one kernel for one GPU target, and judge its validity.
+
+A compile runs the kernel's own launch function on ``meta`` tensors for a representative
+(shape, dtype) of one specialization (see specialize.py), so Triton compiles exactly what a real
+launch of any shape of that specialization will look up, into the Triton cache directory the
+bench stage shares. Runs in compile worker processes (see executors.py); nothing here needs a GPU.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from aot_tune import triton_compat
+from aot_tune.build.loading import load_kernel_module_attrs
+from aot_tune.runtime.forcing import launch_with_config
+from aot_tune.space import Constraint
+
+T = TypeVar("T")
+
+#: Failure reasons a compile can record; the bench stage never measures such a config.
+INVALID_REASONS = (
+    "shared_memory", "ptxas_error", "compile_assertion", "compile_error", "out_of_resources",
+    "launch_error", "crashed", "timeout",
+)
+
+
+def cost_estimate(params: dict, declared: Constraint | None = None) -> tuple[float, float]:
+    """A relative compile cost, to start the slowest compiles first (longest-first keeps a pool's
+    tail short): the kernel's declared ``compile_cost`` expression, then the product of the
+    integer params over ``num_warps`` (big tiles, deep pipelines and few warps compile slowest)
+    for ties and for kernels that declare none. Only the order of compiles depends on this."""
+    generic = 1.0
+    for name, value in params.items():
+        if isinstance(value, int) and not isinstance(value, bool) and name not in ("num_warps", "num_ctas", "maxnreg"):
+            generic *= max(value, 1)
+    generic /= max(params.get("num_warps", 4), 1)
+    return (float(declared.evaluate(params)) if declared is not None else generic), generic
+
+
+def longest_first(items: Sequence[T], estimate: Callable[[T], tuple[float, float]],
+                  recorded: Callable[[T], float | None]) -> list[T]:
+    """``items`` in decreasing expected compile time. A unit compiled before (under an older
+    kernel or toolchain, say) is expected to take its recorded seconds; the others their
+    estimate, put in seconds by the median seconds-per-estimate of the units that have both,
+    so the two kinds interleave where they belong. Ties keep the input order."""
+    estimates = [estimate(item) for item in items]
+    seconds = [recorded(item) for item in items]
+    ratios = sorted(s / e[0] for s, e in zip(seconds, estimates) if s is not None and e[0] > 0)
+    scale = ratios[len(ratios) // 2] if ratios else 1.0
+    keys = [(s, 0.0) if s is not None else (e[0] * scale, e[1]) for s, e in zip(seconds, estimates)]
+    order = sorted(range(len(items)), key=lambda i: (-keys[i][0], -keys[i][1], i))
+    return [items[i] for i in order]
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """Everything a worker needs; plain data so it pickles into a spawned process."""
+
+    kernel: str
+    root: str
+    kernel_ref: str
+    launch_ref: str
+    inputs_ref: str
+    config: dict
+    target: str
+    shapes: tuple[dict, ...]
+    dtypes: tuple[str, ...]
+
+
+@dataclass
+class CompileResult:
+    """Outcome of compiling one (kernel, config, target) for the launches of the request."""
+
+    kernel: str
+    config_id: str
+    target: str
+    status: str = "ok"  # "ok" or one of INVALID_REASONS
+    message: str = ""
+    seconds: float = 0.0
+    shared_bytes: int = 0
+    specializations: list[str] = field(default_factory=list)  # Triton kernel hashes
+    cache_hits: int = 0
+    cache_misses: int = 0
+    # Per thread, read from the cubin; None with resources_unknown saying why (e.g. no cubin made).
+    registers: int | None = None
+    spills: int | None = None
+    stack_bytes: int | None = None
+    local_bytes: int | None = None
+    resources_unknown: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "ok"
+
+
+def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
+    """Compile every specialization of one config for one target; never raises for kernel faults."""
+    import torch
+
+    triton_compat.pin_environment()
+    result = CompileResult(request.kernel, config_id, request.target)
+    kernel_fn, launch, make_inputs = load_kernel_module_attrs(
+        request.root, (request.kernel_ref, request.launch_ref, request.inputs_ref)
+    )
+    arch = triton_compat.parse_target(request.target)
+    limit = triton_compat.shared_memory_limit(arch)
+    counter = triton_compat.CacheHitCounter()
+    start = time.perf_counter()
+    try:
+        with counter.installed(), triton_compat.target_driver(arch), \
+                triton_compat.stop_when_shared_memory_exceeds(arch, limit), \
+                triton_compat.compile_instead_of_launch(kernel_fn) as captured:
+            for shape in request.shapes:
+                for dtype in request.dtypes:
+                    inputs = make_inputs(dict(shape), getattr(torch, dtype), "meta")
+                    launch_with_config(launch, inputs, request.config, kernel=request.kernel, hooks=False)
+    except Exception as exc:  # a kernel fault is a result, not a crash of the pipeline
+        reason = triton_compat.compile_error_kind(exc)
+        result.status = reason or "launch_error"
+        result.message = _one_line(exc) if reason else _short_traceback(exc)
+        if isinstance(exc, triton_compat.SharedMemoryExceeded):
+            result.shared_bytes = exc.shared
+            result.message = f"needs {exc.shared} bytes of shared memory, {request.target} allows {limit}"
+    result.seconds = time.perf_counter() - start
+    result.cache_hits, result.cache_misses = counter.hits, counter.misses
+    if result.status == "ok":
+        result.specializations = sorted({c.hash for c in captured})
+        result.shared_bytes = max((c.shared for c in captured), default=0)
+        if result.shared_bytes > limit:  # a pipeline without an llir stage is checked here
+            result.status = "shared_memory"
+            result.message = f"needs {result.shared_bytes} bytes of shared memory, {request.target} allows {limit}"
+        _record_resources(result, captured)
+    else:
+        result.resources_unknown = f"no cubin: the compile stopped ({result.status})"
+    return result
+
+
+def _record_resources(result: CompileResult, captured: list[triton_compat.CapturedCompile]) -> None:
+    """Registers and spills of the compiled cubin (the largest over the request's launches)."""
+    usages = []
+    for compiled in captured:
+        if compiled.cubin is None:
+            result.resources_unknown = "no cubin in the compile output"
+            return
+        usage = triton_compat.resource_usage(compiled.cubin, compiled.name)
+        if isinstance(usage, str):
+            result.resources_unknown = usage
+            return
+        usages.append(usage)
+    if not usages:
+        result.resources_unknown = "nothing was compiled"
+        return
+    result.registers = max(u.registers for u in usages)
+    result.spills = max(u.spills for u in usages)
+    result.stack_bytes = max(u.stack_bytes for u in usages)
+    result.local_bytes = max(u.local_bytes for u in usages)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:500]
+
+
+def _short_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()[:500]

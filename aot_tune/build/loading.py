@@ -1,0 +1,29 @@
+"""Resolve the manifest's ``module:attr`` references inside worker processes."""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, Sequence
+
+from aot_tune.errors import TuneError
+
+
+def resolve(root: str, ref: str) -> Any:
+    """Import ``module.path:attr`` with the manifest's folder first on ``sys.path``."""
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TuneError(f"cannot import '{module_name}' (from '{ref}' in the manifest): {exc}; "
+                        f"fix: check the module path, relative to {root}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise TuneError(f"module '{module_name}' has no attribute '{attr}' (from '{ref}' in the manifest); "
+                        f"fix: name a function defined in {module.__file__}") from exc
+
+
+def load_kernel_module_attrs(root: str, refs: Sequence[str]) -> list[Any]:
+    return [resolve(root, ref) for ref in refs]

@@ -1,0 +1,524 @@
+"""The work of each stage, one function per doit task: compile, bench, merge, generate.
+
+A ``TuneSession`` is the run's shared state (plan, worker pools, progress, counters). Each
+stage reads the durable outputs of the stage before it and writes its own atomically, so the
+files, not doit's database, are the record of what is done.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
+from datetime import datetime, timezone
+
+from doit.exceptions import TaskFailed
+
+from aot_tune import cache as cache_io
+from aot_tune.search import strategies as search
+from aot_tune.bench.nvml import ClockReading
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+from aot_tune.codegen import render_module, write_module
+from aot_tune.build.compile import CompileRequest
+from aot_tune.errors import BenchUnavailable, TuneError
+from aot_tune.workers.pools import Executors
+from aot_tune.fileio import write_atomic
+from aot_tune.bench.local.detect import LocalDevice
+from aot_tune.manifest import BenchSettings
+from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
+from aot_tune.pipeline.progress import Progress
+from aot_tune.select import choose
+from aot_tune.space import Config
+from aot_tune.build.specialize import SpecializeRequest, launch_key
+from aot_tune.tuning_schema import Measurement, Search, TuningRecord
+
+BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
+#: The config a vendor baseline is recorded under (it has no params).
+VENDOR_CONFIG_ID = "vendor"
+
+
+class TuneSession:
+    def __init__(self, plan: Plan, executors: Executors, staleness: Staleness | None = None) -> None:
+        self.plan = plan
+        self.executors = executors
+        self.staleness = staleness or Staleness(plan)
+        self.progress: dict[str, Progress] = {}
+        self.compile_status: Counter[str] = Counter()
+        self.bench_status: Counter[str] = Counter()
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.seconds: Counter[str] = Counter()
+        self.specialized: Counter[str] = Counter()
+        self.baseline_status: Counter[str] = Counter()
+        self.spans: dict[str, list[float]] = {}  # stage -> [first start, last end], time.time()
+        self._spans_lock = threading.Lock()
+        self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
+
+    def _span(self, stage: str, start: float, end: float) -> None:
+        with self._spans_lock:
+            span = self.spans.setdefault(stage, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+
+    def start_stage(self, stage: str, total: int) -> None:
+        """Set the number of tasks the loader found stale; the count grows if more turn up."""
+        self.progress[stage] = Progress(stage, total)
+
+    # -- specialize (part of planning) -----------------------------------------------------
+    def specialize(self) -> None:
+        """Capture the specialization of every launch a stale bench needs and the table lacks, in
+        the compile pool (one request per kernel and target, side by side), store the tables, and
+        re-plan those kernels' compile units. Runs before the tasks are handed to doit."""
+        requests: list[tuple[KernelPlan, SpecializeRequest]] = []
+        for kp in self.plan.kernels:
+            wanted: dict[str, dict[tuple[tuple[int, ...], str], list[Config]]] = {}
+            for target, shape, dtype, config in self.staleness.launches_to_specialize(kp):
+                wanted.setdefault(target, {}).setdefault((shape, dtype), []).append(config)
+            spec = kp.spec
+            for target, launches in wanted.items():
+                requests.append((kp, SpecializeRequest(
+                    kernel=spec.name, root=str(self.plan.manifest.root), kernel_ref=spec.kernel,
+                    launch_ref=spec.launch, inputs_ref=spec.inputs, target=target,
+                    launches=tuple((shape, spec.shape_dict(shape), dtype, tuple((c.id, c.as_dict()) for c in configs))
+                                   for (shape, dtype), configs in launches.items()),
+                )))
+        if not requests:
+            return
+        start, began = time.perf_counter(), time.time()
+        self.executors.start_compiles()  # every compile worker, not only the ones these requests take
+        with ThreadPoolExecutor(len(requests)) as threads:
+            results = list(threads.map(lambda item: self.executors.specialize(item[1]), requests))
+        for (kp, _), result in zip(requests, results):
+            kp.specializations.add(result)
+            self.specialized["launches"] += result.launches
+        for kp in {id(kp): kp for kp, _ in requests}.values():
+            kp.specializations.write(kp.specializations_path)
+            kp.plan_compiles(self.plan.toolchain, self.plan.work_dir)
+            self.specialized["specializations"] += len({u.specialization for u in kp.compile_units})
+        self._span("specialize", began, time.time())
+        eprint(f"[specialize] {self.specialized['launches']} launches of "
+               f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
+               f"{time.perf_counter() - start:.1f}s (worker start-up included)")
+
+    def start_workers(self) -> None:
+        """Start the workers the stale tasks will need now, before doit runs the first of them:
+        compile workers if any compile is stale, device workers if any bench is (they start while
+        the compiles run)."""
+        if self.progress.get("compile") and self.progress["compile"].total:
+            self.executors.start_compiles()
+        if self.progress.get("bench") and self.progress["bench"].total:
+            self.executors.devices.start()
+
+    # -- compile ---------------------------------------------------------------------------
+    def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+        if "bench" in self.progress and self.progress["bench"].total:
+            self.executors.devices.start()  # device workers start while the compiles run
+        spec = kp.spec
+        shape, dtype = unit.representative
+        request = CompileRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), kernel_ref=spec.kernel,
+            launch_ref=spec.launch, inputs_ref=spec.inputs, config=unit.config.as_dict(), target=unit.target,
+            shapes=(spec.shape_dict(shape),), dtypes=(dtype,),
+        )
+        start, began = time.perf_counter(), time.time()
+        result = self.executors.compile(request, unit.config.id)
+        self.seconds["compile"] += time.perf_counter() - start
+        self._span("compile", began, time.time())
+        self.compile_status[result.status] += 1
+        payload = {"fingerprint": unit.fingerprint, "config": unit.config.as_dict(), **asdict(result),
+                   "specialization": unit.specialization,
+                   "launches": [launch_key(s, d) for s, d in unit.launches]}
+        write_atomic(unit.output, json.dumps(payload, indent=1, sort_keys=True))
+        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {unit.specialization} {result.status}")
+
+    # -- bench -----------------------------------------------------------------------------
+    def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
+        """Exhaustive: measure the configs this shape has no measurement of yet and keep the
+        others. Budgeted: run the shape's search (aot_tune.search.strategies). Then the baselines, if the
+        record lacks them (alone, for records made before them); re-pick and write."""
+        device = self.plan.device_of(unit)
+        previous = self.staleness.previous_record(kp, unit)
+        search_info = None
+        baselines: dict[str, ConfigMeasurement] = {}
+        start, began = time.perf_counter(), time.time()
+        try:
+            with self.executors.devices.lease(device) as lease:  # a local GPU, or a cluster's GPU of this model
+                lease.ready()  # a worker's start-up is not part of any measurement's seconds
+                if unit.search.exhaustive:
+                    entries, fresh = self._measure_all(kp, unit, lease, previous, device)
+                else:
+                    entries, fresh, search_info = self._search(kp, unit, lease, previous, device)
+                info = lease.info
+                self.cache_hits += lease.cache_hits
+                self.cache_misses += lease.cache_misses
+                if self.staleness.baselines_to_measure(kp, unit):
+                    baselines = self._measure_baselines(kp, unit, lease, device)
+        except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            return TaskFailed(f"{unit.name}: {exc}")
+        elapsed = time.perf_counter() - start
+        self.seconds["bench"] += elapsed
+        self._span("bench", began, time.time())
+        self.bench_status.update(m.status for m in fresh)
+        self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in fresh
+                                        if m.method in ("events", "graph")) / 1e3
+        self.baseline_status.update(f"{role} {m.status}" for role, m in baselines.items())
+        record = self._record(kp, unit, info, previous, entries, fresh, elapsed)
+        _baselines_to_proto(record, unit, previous, baselines)
+        if search_info is not None:
+            record.search.CopyFrom(search_info)
+        if not record.HasField("best"):
+            # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            return TaskFailed(_no_config_passed(unit, record))
+        write_atomic(unit.output, record.SerializeToString(deterministic=True))
+        note = f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}"
+        if search_info is not None:
+            note += (f" ({search_info.strategy}: {search_info.configs_measured} of {search_info.candidate_count} "
+                     f"configs, {search_info.seconds:.1f}s)")
+            tally = self.searched.setdefault(unit.search.describe(), Counter())
+            tally.update(shapes=1, measured=search_info.configs_measured, candidates=search_info.candidate_count)
+            tally["seconds"] += search_info.seconds
+        self.progress["bench"].advance(note)
+
+    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None,
+                     device: LocalDevice):
+        """Every planned config the previous record lacks, as one pipelined batch; the rest is
+        kept from the previous record."""
+        to_measure = self.staleness.configs_to_measure(kp, unit)
+        invalid = self._invalid_configs(kp, unit, to_measure)
+        planned = {c.id: c for c in unit.configs}
+        entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
+        fresh = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
+        requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in to_measure if c.id not in invalid]
+        measured, seconds = _measure_batch(lease, requests, device)
+        for m in fresh:
+            entries[m.config_id] = _measurement_proto(m, planned[m.config_id])
+        for m in measured:
+            entries[m.config_id] = _measurement_proto(m, planned[m.config_id], seconds[m.config_id])
+        return entries, fresh + measured
+
+    def _search(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None, device: LocalDevice):
+        """Run the unit's budgeted search. The configs it chooses together (the surrogate's
+        batches) are measured as one pipelined batch, like the exhaustive path's. A probe the
+        previous record under this fingerprint already answers (same config, same timing length)
+        is taken from it: after a change of the candidates the search replays, and only its new
+        probes reach the GPU."""
+        bench = kp.spec.bench
+        invalid = self._invalid_configs(kp, unit, list(unit.probes))
+        earlier = {(m.config.id, m.short_rep_ms): m for m in previous.measurements
+                   if m.status != "invalid"} if previous else {}
+        fresh: list[ConfigMeasurement] = []
+        reused = 0
+
+        def measure_batch(probes) -> list[Measurement]:
+            """The probes the previous record lacks as one pipelined batch on the device, its wall
+            time shared out as the exhaustive path shares it; the others taken from that record."""
+            nonlocal reused
+            answers: dict[str, Measurement] = {}
+            requests, lengths = [], {}
+            for config, share in probes:
+                short_rep_ms = bench.rep_ms * share if share < 1 else 0.0
+                known = earlier.get((config.id, short_rep_ms))
+                if known is not None:
+                    reused += 1
+                    answers[config.id] = known
+                    continue
+                settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
+                requests.append(self._request(kp, unit, config, settings, device))
+                lengths[config.id] = (config, short_rep_ms)
+            if requests:
+                measured, seconds = _measure_batch(lease, requests, device)
+                for m in measured:
+                    config, short_rep_ms = lengths[m.config_id]
+                    fresh.append(m)
+                    answers[m.config_id] = _measurement_proto(m, config, seconds[m.config_id], short_rep_ms)
+            return [answers[config.id] for config, _ in probes]
+
+        def measure(config: Config, share: float) -> Measurement:
+            return measure_batch([(config, share)])[0]
+
+        sources = [search.source_from_record(r, unit.shape) for r in self._source_records(kp, unit)]
+        result = search.run_search(unit.search, unit.configs, invalid, measure, sources, measure_batch=measure_batch)
+        return result.measurements, fresh, _search_proto(unit, result, reused)
+
+    def _source_records(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
+        """The finished records of the shapes seeding this one (their bench tasks ran first)."""
+        records = []
+        for shape in unit.sources:
+            source = kp.bench_of((shape, unit.dtype), unit.device)
+            record = self.staleness.previous_record(kp, source) if source is not None else None
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
+                 device: LocalDevice) -> BenchRequest:
+        spec = kp.spec
+        return BenchRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+            inputs_ref=spec.inputs, reference_ref=spec.reference,
+            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+            config_id=config.id, config=config.params, settings=settings,
+            kernel_hashes=self._kernel_hashes(kp, unit, config, device),
+        )
+
+    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease, device) -> dict[str, ConfigMeasurement]:
+        """The default config and the vendor function, on the device the configs just ran on.
+        Not counted in the Triton cache hit rate: a default outside the space has no AOT compile,
+        so the device worker compiles it."""
+        requests = {}
+        if unit.default_config is not None:
+            requests["default"] = self._request(kp, unit, unit.default_config, kp.spec.bench, device)
+        if unit.vendor:
+            requests["vendor"] = replace(self._request(kp, unit, Config(()), kp.spec.bench, device),
+                                         launch_ref=unit.vendor, config_id=VENDOR_CONFIG_ID, plain=True)
+        roles = {request.config_id: role for role, request in requests.items()}
+        measured = lease.measure_all(list(requests.values()), BENCH_TIMEOUT_S[device.backend])
+        return {roles[m.config_id]: m for m in measured}
+
+    def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
+        """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
+        targets = kp.bench_targets(self.plan.device_of(unit))
+        invalid = {}
+        for config in configs:
+            results = [read_compile_result(c) for c in kp.compiles_for(unit, config, targets)]
+            known = [r for r in results if r is not None]
+            if known and not any(r.valid for r in known):
+                first = known[0]
+                invalid[config.id] = f"{first.status}: {first.message}".strip(": ")
+        return invalid
+
+    def _kernel_hashes(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: LocalDevice) -> tuple[str, ...]:
+        """The Triton cache entries a GPU launch of this config uses (a remote worker gets them shipped)."""
+        if device.target is None:
+            return ()
+        results = (read_compile_result(c) for c in kp.compiles_for(unit, config, (device.target,)))
+        return tuple(sorted({h for r in results if r is not None for h in r.specializations}))
+
+    def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo, previous: TuningRecord | None,
+                entries: dict[str, Measurement], measurements: list[ConfigMeasurement],
+                elapsed: float) -> TuningRecord:
+        spec = kp.spec
+        record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
+                              dtype=unit.dtype, fingerprint=unit.fingerprint,
+                              bench_seconds=round(elapsed + (previous.bench_seconds if previous else 0.0), 3),
+                              measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
+        # these); the worker adds what only it can read. The plan reads versions from package
+        # metadata, which may drop a local tag that torch.__version__ has (2.11.0 vs 2.11.0+cu130).
+        device = self.plan.device_of(unit)
+        record.device.key, record.device.name = device.key, device.name
+        record.device.compute_capability, record.device.backend = device.compute_capability, device.backend
+        record.toolchain.triton, record.toolchain.torch = self.plan.toolchain["triton"], self.plan.toolchain["torch"]
+        record.toolchain.cuda, record.toolchain.driver = info.cuda, info.driver
+        bench = spec.bench
+        record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
+        record.bench.l2_flush, record.bench.l2_flush_bytes = bench.l2_flush, bench.l2_flush_bytes or 0
+        record.measurements.extend(entries[config_id] for config_id in sorted(entries))
+        for name, part in kp.dependencies.items():
+            record.dependencies.add(name=name, digest=part)
+        fresh = [m for m in measurements if m.method]
+        if fresh:
+            _clocks_to_proto(fresh[0].clocks_start, fresh[-1].clocks_end, record.clocks)
+        best = choose(record.measurements, self._previous_pick(kp, unit, previous))
+        if best is not None:
+            record.best.CopyFrom(best.config)
+        return record
+
+    def _previous_pick(self, kp: KernelPlan, unit: BenchUnit, previous: TuningRecord | None) -> str:
+        """The config id this key's table holds now (from any earlier fingerprint): ties keep it."""
+        if previous is not None and previous.HasField("best"):
+            return previous.best.id
+        for record in self.staleness.cache(kp).records:
+            if (record.device.key, record.dtype, tuple(record.shape)) == (unit.device, unit.dtype, unit.shape):
+                return record.best.id
+        return ""
+
+    # -- merge -----------------------------------------------------------------------------
+    def merge(self, kp: KernelPlan) -> None:
+        """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
+        existing = self.staleness.cache(kp)
+        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device_keys)]
+        fresh = []
+        for unit in kp.bench_units:
+            if unit.output.exists():
+                try:
+                    record = cache_io.read_record(unit.output)
+                except TuneError:  # torn or foreign: not a finished result (its bench reruns next time)
+                    continue
+                if record.fingerprint == unit.fingerprint and not cache_io.record_problem(record, kp.spec):
+                    fresh.append(cache_io.without_samples(record))
+        merged = cache_io.merge_records(kept, fresh)
+        cache_io.write_cache(merged, kp.cache_path)
+
+    # -- generate --------------------------------------------------------------------------
+    def generate(self, kp: KernelPlan) -> TaskFailed | None:
+        try:
+            write_module(kp.generated_path, self._render(kp))
+        except TuneError as exc:
+            return TaskFailed(str(exc))
+
+    def generate_needed(self, kp: KernelPlan) -> bool:
+        try:
+            return kp.generated_path.read_text() != self._render(kp)
+        except FileNotFoundError:
+            return True
+
+    def _render(self, kp: KernelPlan) -> str:
+        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)
+
+    # -- summary ---------------------------------------------------------------------------
+    def run_record(self, started: float, ended: float, ok: bool) -> dict | None:
+        """Where this run's time went (aot_tune.pipeline.runlog); None when no stage ran."""
+        if not self.spans:
+            return None
+        return {
+            "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            "wall_s": round(ended - started, 3), "ok": ok,
+            "device": self.plan.device.key, "backend": self.plan.device.backend,
+            "kernels": sorted(kp.spec.name for kp in self.plan.kernels),
+            "stages": {stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in self.spans.items()},
+            "worker_seconds": {k: round(v, 3) for k, v in sorted(self.seconds.items())},
+            "compile": dict(self.compile_status), "bench": dict(self.bench_status),
+            "baselines": dict(self.baseline_status),
+        }
+
+    def summary(self) -> str:
+        lines = []
+        if self.specialized:
+            lines.append(f"specialize: {self.specialized['launches']} launches captured; "
+                         f"{self.specialized['specializations']} specializations planned")
+        if self.compile_status:
+            total = sum(self.compile_status.values())
+            invalid = {k: v for k, v in sorted(self.compile_status.items()) if k != "ok"}
+            by_reason = ", ".join(f"{k} {v}" for k, v in invalid.items()) or "none"
+            lines.append(f"compile: {total} compiled, {self.compile_status['ok']} valid, "
+                         f"{sum(invalid.values())} invalid ({by_reason}); {self.seconds['compile']:.1f}s of worker time")
+        if self.baseline_status:
+            measured = ", ".join(f"{k} {v}" for k, v in sorted(self.baseline_status.items()))
+            lines.append(f"baselines: {measured}")
+        if self.bench_status:
+            total = sum(self.bench_status.values())
+            failed = ", ".join(f"{k} {v}" for k, v in sorted(self.bench_status.items()) if k != "ok") or "none"
+            line = f"bench: {total} config measurements, {self.bench_status['ok']} ok, failed: {failed}"
+            if any(d.backend == "cuda" for d in self.plan.devices):
+                lookups = self.cache_hits + self.cache_misses
+                rate = 100.0 * self.cache_hits / lookups if lookups else 100.0
+                line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
+            lines.append(line)
+            lines.append(self._bench_timing())
+        for described, tally in sorted(self.searched.items()):
+            lines.append(f"search: {described}: {tally['shapes']} shapes, {tally['measured']} of "
+                         f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
+        return "\n".join(lines)
+
+    def _bench_timing(self) -> str:
+        """The bench stage's wall time, and how much of it waited for device workers to start
+        (torch and CUDA start-up: in a full run they start while the compiles run)."""
+        first, last = self.spans["bench"]
+        pool = self.executors.devices
+        started, ready = getattr(pool, "started_at", None), getattr(pool, "ready_at", None)
+        if ready is None:  # a cluster's workers were up before the run
+            return f"bench stage: {last - first:.1f}s; timed kernel launches {self.seconds['measured']:.1f}s"
+        devices = self.plan.device.count
+        waited = max(0.0, min(ready, last) - first)
+        line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
+                f"{last - first - waited:.1f}s of it after the device workers were up "
+                f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)")
+        if self.seconds["measured"]:
+            busy = (last - first - waited) * devices
+            line += (f"; timed kernel launches {self.seconds['measured']:.1f}s, "
+                     f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the device time after start-up")
+        return line
+
+
+def _measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.0,
+                       short_rep_ms: float = 0.0) -> Measurement:
+    entry = Measurement(status=m.status, reason=m.message, error_norm=m.error_norm, method=m.method,
+                        launches_per_sample=m.launches_per_sample if m.method else 0, cold_l2=m.cold_l2,
+                        seconds=seconds, short_rep_ms=short_rep_ms)
+    cache_io.config_to_proto(m.config_id, config.as_dict(), entry.config)
+    for phase in ("check", "warmup", "capture", "timed"):
+        if phase in m.phase_seconds:
+            setattr(entry.phases, phase, m.phase_seconds[phase])
+    if m.times_ms:
+        cache_io.set_samples(entry, m.times_ms)
+    if m.method:
+        _clocks_to_proto(m.clocks_start, m.clocks_end, entry.clocks)
+    return entry
+
+
+def _measure_batch(lease, requests: list[BenchRequest], device: LocalDevice
+                   ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
+    """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
+    each one's share of the batch's wall seconds."""
+    began = time.perf_counter()
+    measured = list(lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend]))
+    return measured, _share_out(time.perf_counter() - began, measured)
+
+
+def _share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, float]:
+    """A pipelined batch's wall time shared out over its measurements in proportion to each one's
+    own phases on the device worker (less the graph capture, which overlapped the previous
+    config's timed launches), so that they add up to what the batch cost."""
+    own = {m.config_id: sum(s for phase, s in m.phase_seconds.items() if phase != "capture") for m in measured}
+    total = sum(own.values())
+    if total <= 0:
+        return {config_id: wall / max(len(own), 1) for config_id in own}
+    return {config_id: wall * value / total for config_id, value in own.items()}
+
+
+def _search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> Search:
+    """What a record says about the search that produced it (see aot_tune.tuning.proto)."""
+    settings = unit.search
+    info = Search(strategy=settings.strategy, budget_configs=settings.budget_configs or 0,
+                  budget_seconds=settings.budget_seconds or 0.0, seed=settings.seed,
+                  settings=json.dumps(settings.canonical(), sort_keys=True),
+                  candidates=search.candidate_digest(unit.configs), candidate_count=len(unit.configs),
+                  configs_measured=result.configs_measured, seconds=round(result.seconds, 3),
+                  compute_seconds=round(result.compute_seconds, 3), reused=reused)
+    for shape, config_ids in result.seeded_by:
+        info.sources.add(shape=list(shape), config_ids=list(config_ids))
+    return info
+
+
+def _clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:
+    clocks.sm_mhz_start, clocks.sm_mhz_end = start.sm_mhz, end.sm_mhz
+    clocks.memory_mhz_start, clocks.memory_mhz_end = start.memory_mhz, end.memory_mhz
+
+
+def _baselines_to_proto(record: TuningRecord, unit: BenchUnit, previous: TuningRecord | None,
+                        measured: dict[str, ConfigMeasurement]) -> None:
+    """The planned baselines: measured now, or kept from the previous record that holds them."""
+    if not unit.baselines_fingerprint:
+        return
+    if not measured:
+        if previous is not None and previous.baselines_fingerprint == unit.baselines_fingerprint:
+            for field in ("default_baseline", "vendor_baseline"):
+                if previous.HasField(field):
+                    getattr(record, field).CopyFrom(getattr(previous, field))
+            record.vendor, record.baselines_fingerprint = previous.vendor, previous.baselines_fingerprint
+        return
+    if "default" in measured:
+        record.default_baseline.CopyFrom(_measurement_proto(measured["default"], unit.default_config))
+    if "vendor" in measured:
+        record.vendor_baseline.CopyFrom(_measurement_proto(measured["vendor"], Config(())))
+    record.vendor, record.baselines_fingerprint = unit.vendor, unit.baselines_fingerprint
+
+
+def _no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:
+    reasons = Counter(m.status for m in record.measurements)
+    ran = [m for m in record.measurements if m.reason and m.status != "invalid"]  # the telling failures first
+    first = next(iter(ran or [m for m in record.measurements if m.reason]), None)
+    summary = ", ".join(f"{status} {count}" for status, count in sorted(reasons.items())) or "no configs"
+    example = f"; e.g. config {first.config.id}: {first.reason}" if first else ""
+    return (f"{unit.kernel} {unit.dtype} {shape_label(unit.shape)}: no config passed ({summary}){example}; "
+            f"fix: the kernel, its reference or input builder, or the config space; "
+            f"the generated table is left as it was")
+
+
+def eprint(message: str) -> None:
+    print(message, file=sys.__stderr__, flush=True)

@@ -1,0 +1,429 @@
+"""``doit report``: what tuning bought, per kernel and device, as a self-contained HTML page and
+a markdown summary.
+
+Everything comes from files a checkout has: the kernels' caches (checked in; every device's
+records with their baselines), and, where this tree ran ``doit tune``, the compile outputs and
+the run log under ``.aot_tune/``. No GPU, torch or triton is needed, so CI or a laptop renders
+the report of an H200 run. What a section cannot show (baselines not measured, compile times
+not in this tree, plots without matplotlib) it says, with the fix.
+
+Per kernel: the tuned config against the kernel's default config and the vendor implementation
+per shape, as times and rates with the device's peak and the shape's floor (aot_tune.cost); the
+tuning time split; a heatmap of each config parameter's values against performance; failures
+by reason; and which shapes x dtypes each device's table covers (as ``doit check`` sees them).
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from aot_tune import __version__
+from aot_tune import cache as cache_io
+from aot_tune.reports import plots as report_plots
+from aot_tune.tables.check import Coverage, check
+from aot_tune.cost import Rate, floor_ms, rate
+from aot_tune.runtime.devices import DevicePeak, device_peak
+from aot_tune.fileio import write_atomic
+from aot_tune.manifest import KernelSpec, Manifest
+from aot_tune.pipeline.plan import WORK_DIR, shape_label
+from aot_tune.pipeline.runlog import read_runs, time_split
+from aot_tune.space import Config
+from aot_tune.tuning_schema import Measurement, TuningRecord
+
+HTML_NAME = "index.html"
+MARKDOWN_NAME = "summary.md"
+#: Runs of the log shown in the time split (the most recent).
+RUNS_SHOWN = 8
+#: Failure messages are cut to this many characters.
+MESSAGE_CHARS = 160
+
+
+# -- the report's data ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Timed:
+    """One timed side of a row (tuned pick, default config or vendor): its median, or why none."""
+
+    ms: float | None
+    note: str          # the config, or why there is no time
+    rate: Rate | None = None
+
+
+@dataclass
+class ShapeRow:
+    dtype: str
+    shape: str
+    tuned: Timed
+    default: Timed
+    vendor: Timed
+    floor_ms: float | None
+
+    @property
+    def vs_default(self) -> float | None:
+        """How many times faster the tuned config is than the default (>1: tuning paid)."""
+        return _ratio(self.default.ms, self.tuned.ms)
+
+    @property
+    def vs_vendor(self) -> float | None:
+        """How many times faster the tuned config is than the vendor (>1: we beat it)."""
+        return _ratio(self.vendor.ms, self.tuned.ms)
+
+    @property
+    def of_floor(self) -> float | None:
+        """Share of the device's peak the tuned config reaches (floor time / measured time)."""
+        return _ratio(self.floor_ms, self.tuned.ms)
+
+
+@dataclass
+class Heatmap:
+    """Per parameter and value: the geometric mean over shapes of (fastest time) / (fastest time
+    among configs with that value). 1.0: that value is in the fastest config of every shape."""
+
+    params: list[str]
+    values: list[list[object]]        # per param, its values
+    scores: list[list[float | None]]  # per param, per value
+    shapes: list[list[int]]           # per param, per value: shapes it was measured on
+
+
+@dataclass
+class FailureRow:
+    reason: str
+    count: int
+    example: str
+
+
+@dataclass
+class DeviceSection:
+    key: str
+    name: str
+    backend: str
+    toolchain: str
+    peak: DevicePeak | None
+    rows: list[ShapeRow]
+    heatmap: Heatmap
+    failures: list[FailureRow]
+    bench_seconds: float
+    records: int
+    measured: str                      # first .. last measurement date
+    coverage: Coverage | None
+    coverage_grid: list[list[str]]     # [shape, status per dtype...]
+    plot: str | None = None            # base64 PNG
+    heatmap_plot: str | None = None
+
+    @property
+    def peak_text(self) -> str:
+        if self.peak is None:
+            return "no datasheet peak for this device, so no floor"
+        rates = ", ".join(f"{dtype} {value:g}" for dtype, value in sorted(self.peak.matrix_tflops.items()))
+        return f"peak {rates} TFLOP/s, {self.peak.memory_gbps:g} GB/s ({self.peak.source})"
+
+    @property
+    def missing_times(self) -> list[str]:
+        """Why some sides of the rows have no time, each reason once with how many rows it hits."""
+        notes: Counter[str] = Counter()
+        for row in self.rows:
+            for side in ("tuned", "default", "vendor"):
+                timed = getattr(row, side)
+                if timed.ms is None:
+                    notes[f"{side}: {timed.note}"] += 1
+        return [f"{note} ({count} of {len(self.rows)} rows)" for note, count in sorted(notes.items())]
+
+
+@dataclass
+class CompileTime:
+    compiles: int
+    seconds: float
+    by_target: dict[str, tuple[int, float]]
+    failures: list[FailureRow]
+
+
+@dataclass
+class KernelSection:
+    name: str
+    key: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    unit: str | None                   # "TFLOP/s", "GB/s", or None without a cost
+    default_declared: bool
+    vendor: str
+    devices: list[DeviceSection]
+    compile_time: CompileTime | None
+
+
+@dataclass
+class RunRow:
+    started_at: str
+    kernels: str
+    device: str
+    wall_s: float
+    split: dict[str, float]
+    ok: bool
+
+
+@dataclass
+class Report:
+    manifest: str
+    generated_at: str
+    version: str
+    kernels: list[KernelSection]
+    runs: list[RunRow]
+    plots: bool
+    notes: list[str] = field(default_factory=list)
+    runs_plot: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    html: Path
+    markdown: Path
+
+
+# -- collecting -----------------------------------------------------------------------------
+
+def build_report(manifest: Manifest, kernels: tuple[KernelSpec, ...] | None = None) -> Report:
+    """Read the caches and local outputs into the report's data; plots when matplotlib is there."""
+    specs = kernels or manifest.kernels
+    coverage = {(c.kernel, c.device): c for c in check(manifest).coverage}
+    work_dir = manifest.root / WORK_DIR
+    plots = report_plots.available()
+    sections = [_kernel_section(manifest, spec, coverage, work_dir) for spec in specs]
+    runs = [_run_row(r) for r in read_runs(work_dir)[-RUNS_SHOWN:]]
+    report = Report(manifest=str(manifest.path), version=__version__, kernels=sections, runs=runs, plots=plots,
+                    generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    if not runs:
+        report.notes.append(f"No run log in {work_dir}: the whole-run split (specialize / compile / bench / other) "
+                            f"exists only in a tree where `doit tune` ran.")
+    if plots:
+        for section in sections:
+            for device in section.devices:
+                device.plot = report_plots.comparison(section.name, device.key, section.unit, device.rows,
+                                                      device.peak, section.dtypes)
+                device.heatmap_plot = report_plots.heatmap(section.name, device.key, device.heatmap)
+        report.runs_plot = report_plots.time_split([(f"{r.started_at} {r.kernels}", r.split) for r in runs])
+    return report
+
+
+def _kernel_section(manifest: Manifest, spec: KernelSpec, coverage: dict, work_dir: Path) -> KernelSection:
+    cache = cache_io.read_cache(manifest.root / spec.cache)
+    by_device: dict[str, list[TuningRecord]] = {}
+    for record in cache.records:
+        if record.kernel == spec.name:
+            by_device.setdefault(record.device.key, []).append(record)
+    unit = None
+    if spec.cost is not None:
+        unit = "TFLOP/s" if spec.cost.flops is not None else "GB/s"
+    devices = [_device_section(spec, records, coverage.get((spec.name, key)))
+               for key, records in sorted(by_device.items())]
+    return KernelSection(spec.name, spec.key, spec.dtypes, unit, spec.default_config is not None,
+                         spec.vendor or "", devices, _compile_time(work_dir, spec.name))
+
+
+def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Coverage | None) -> DeviceSection:
+    records = sorted(records, key=lambda r: (r.dtype, tuple(r.shape)))
+    first = records[0]
+    peak = device_peak(first.device.name) if first.device.backend == "cuda" else None
+    dates = sorted(r.measured_at for r in records if r.measured_at)
+    return DeviceSection(
+        key=first.device.key, name=first.device.name, backend=first.device.backend,
+        toolchain=f"triton {first.toolchain.triton}, torch {first.toolchain.torch}", peak=peak,
+        rows=[_shape_row(spec, r, peak) for r in records], heatmap=_heatmap(spec, records),
+        failures=_failures(records), bench_seconds=sum(r.bench_seconds for r in records), records=len(records),
+        measured=f"{dates[0]} .. {dates[-1]}" if dates else "unknown",
+        coverage=coverage, coverage_grid=_coverage_grid(spec, first.device.backend, coverage),
+    )
+
+
+def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) -> ShapeRow:
+    # Rates only for GPUs: the interpreter's times are Python wall clock, not a device's throughput.
+    gpu = record.device.backend == "cuda"
+    work = spec.cost.work(dict(zip(record.key_names, record.shape)), record.dtype) if spec.cost and gpu else None
+    label = shape_label(tuple(record.shape))
+
+    def timed(m: Measurement | None, missing: str) -> Timed:
+        if m is None:
+            return Timed(None, missing)
+        config = Config.from_dict(cache_io.config_from_proto(m.config)).label() or m.config.id
+        if m.status != "ok" or m.median_ms <= 0:
+            return Timed(None, f"{m.status}: {_short(m.reason)}" if m.reason else m.status)
+        return Timed(m.median_ms, config, rate(work, m.median_ms, peak, record.dtype) if work else None)
+
+    best = next((m for m in record.measurements if record.HasField("best") and m.config.id == record.best.id), None)
+    stale = "not measured: the record predates the baselines; fix: run `doit tune` on this device"
+    default_missing = stale if spec.default_config is not None else "no default_config in the manifest"
+    vendor_missing = stale if spec.vendor else "no vendor in the manifest"
+    return ShapeRow(
+        dtype=record.dtype, shape=label, tuned=timed(best, "no config passed"),
+        default=timed(record.default_baseline if record.HasField("default_baseline") else None, default_missing),
+        vendor=timed(record.vendor_baseline if record.HasField("vendor_baseline") else None, vendor_missing),
+        floor_ms=floor_ms(work, peak, record.dtype) if work else None,
+    )
+
+
+def _heatmap(spec: KernelSpec, records: list[TuningRecord]) -> Heatmap:
+    params = [name for name, values in spec.space.params if len(values) > 1] or [n for n, _ in spec.space.params]
+    values = [sorted({v for v in dict(spec.space.params)[p]}, key=_sort_key) for p in params]
+    per_cell: list[list[list[float]]] = [[[] for _ in vs] for vs in values]
+    for record in records:
+        ok = [(cache_io.config_from_proto(m.config), m.median_ms) for m in record.measurements
+              if m.status == "ok" and m.median_ms > 0]
+        if not ok:
+            continue
+        fastest = min(ms for _, ms in ok)
+        for i, param in enumerate(params):
+            for j, value in enumerate(values[i]):
+                times = [ms for config, ms in ok if config.get(param) == value]
+                if times:
+                    per_cell[i][j].append(fastest / min(times))
+    scores = [[statistics.geometric_mean(c) if c else None for c in row] for row in per_cell]
+    counts = [[len(c) for c in row] for row in per_cell]
+    return Heatmap(params, values, scores, counts)
+
+
+def _failures(records: list[TuningRecord]) -> list[FailureRow]:
+    """Failed measurements by reason; an invalid config's reason is the compile failure kind."""
+    counts: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for record in records:
+        where = f"{record.dtype} {shape_label(tuple(record.shape))}"
+        named = [("", m) for m in record.measurements]
+        named += [(f"{role} baseline ", getattr(record, f"{role}_baseline")) for role in ("default", "vendor")
+                  if record.HasField(f"{role}_baseline")]
+        for role, m in named:
+            if m.status == "ok":
+                continue
+            reason = f"{role}{m.status}"
+            if m.status == "invalid" and m.reason:
+                reason = f"invalid: {m.reason.split(':', 1)[0]}"
+            counts[reason] += 1
+            examples.setdefault(reason, f"{where}, config {m.config.id}: {_short(m.reason)}")
+    return [FailureRow(reason, count, examples[reason]) for reason, count in sorted(counts.items())]
+
+
+def _coverage_grid(spec: KernelSpec, backend: str, coverage: Coverage | None) -> list[list[str]]:
+    """Rows of [shape, status per dtype] for the shapes the manifest asks of this device."""
+    if coverage is None:
+        return []
+    status = {}
+    for what, entries in (("tuned", coverage.tuned), ("stale", coverage.stale), ("missing", coverage.missing)):
+        for entry in entries:
+            dtype, _, rest = entry.partition(" ")
+            status[(dtype, rest.split(" ")[0])] = what
+    return [[shape_label(s), *(status.get((d, shape_label(s)), "missing") for d in spec.dtypes)]
+            for s in spec.shapes_for(backend)]
+
+
+def _compile_time(work_dir: Path, kernel: str) -> CompileTime | None:
+    """Compile outputs of this tree (`.aot_tune/compile/<kernel>/<target>/...`); None if none."""
+    folder = work_dir / "compile" / kernel
+    outputs = sorted(folder.glob("*/*/*.json")) if folder.is_dir() else []
+    if not outputs:
+        return None
+    by_target: dict[str, list[float]] = {}
+    counts: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for path in outputs:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        target = path.parent.parent.name
+        by_target.setdefault(target, []).append(float(data.get("seconds", 0.0)))
+        status = data.get("status", "ok")
+        if status != "ok":
+            reason = f"{target} {status}"
+            counts[reason] += 1
+            examples.setdefault(reason, f"config {path.stem}: {_short(data.get('message', ''))}")
+    return CompileTime(
+        compiles=sum(len(v) for v in by_target.values()), seconds=sum(sum(v) for v in by_target.values()),
+        by_target={t: (len(v), sum(v)) for t, v in sorted(by_target.items())},
+        failures=[FailureRow(r, c, examples[r]) for r, c in sorted(counts.items())],
+    )
+
+
+def _run_row(run: dict) -> RunRow:
+    return RunRow(started_at=run.get("started_at", "?"), kernels=", ".join(run.get("kernels", [])),
+                  device=run.get("device", "?"), wall_s=float(run.get("wall_s", 0.0)), split=time_split(run),
+                  ok=bool(run.get("ok", False)))
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+def write_report(manifest: Manifest, output: Path, kernels: tuple[KernelSpec, ...] | None = None) -> ReportPaths:
+    """Render the report into ``output`` (created if needed); returns the files written."""
+    report = build_report(manifest, kernels)
+    paths = ReportPaths(output / HTML_NAME, output / MARKDOWN_NAME)
+    write_atomic(paths.html, _template("report.html.j2", autoescape=True).render(r=report))
+    write_atomic(paths.markdown, _template("report.md.j2", autoescape=False).render(r=report))
+    return paths
+
+
+def _template(name: str, autoescape: bool):
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("aot_tune", "templates"), autoescape=autoescape,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters.update(us=format_us, rate=format_rate, times=format_times, pct=format_pct, secs=format_seconds,
+                       cell=heat_color, md=markdown_cell)
+    return env.get_template(name)
+
+
+def format_us(ms: float | None) -> str:
+    """Milliseconds as microseconds with three significant digits; an em dash for none."""
+    if ms is None:
+        return "—"
+    us = ms * 1e3
+    return f"{us:.3g}" if us < 1000 else f"{us:,.0f}"
+
+
+def format_rate(value: Rate | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value.value:.3g}" if value.value < 100 else f"{value.value:,.0f}"
+
+
+def format_times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
+
+
+def format_pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min"
+
+
+def heat_color(score: float | None) -> str:
+    """A CSS background for a heatmap cell: green at 1.0 (the fastest), through yellow, to red."""
+    if score is None:
+        return "#eeeeee"
+    t = max(0.0, min(1.0, (score - 0.5) / 0.5))  # 0.5 or worse: full red
+    hue = 120 * t
+    return f"hsl({hue:.0f}, 70%, 75%)"
+
+
+def markdown_cell(text: object) -> str:
+    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0 or not math.isfinite(numerator):
+        return None
+    return numerator / denominator
+
+
+def _short(message: str) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS - 1] + "…"
+
+
+def _sort_key(value: object) -> tuple:
+    return (0, value, "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0, str(value))

@@ -1,0 +1,16 @@
+"""The runtime: what kernel libraries import. Tables are read through ``TunedTable`` (in a launch
+function) or ``aot_tune.autotune`` (the decorator); generated modules call ``select_config``.
+Imports neither torch nor triton.
+
+* ``lookup``: a table's config for a launch, its fallbacks and strict mode, device keys;
+* ``decorator``: ``aot_tune.autotune``, a drop-in for ``@triton.autotune``;
+* ``forcing``: how the tuner runs a launch with one candidate config;
+* ``warm_start``: a tuned kernel's first launch in a process without Triton's installation hash;
+* ``devices``: device keys and datasheet peaks of GPU models.
+"""
+from aot_tune.runtime.forcing import FORCED, ForcedConfig, launch_with_config
+from aot_tune.runtime.lookup import (STRICT_ENV, TunedTable, TuningWarning, UntunedError, current_device_key,
+                                     dtype_name, select_config)
+
+__all__ = ["FORCED", "ForcedConfig", "STRICT_ENV", "TunedTable", "TuningWarning", "UntunedError",
+           "current_device_key", "dtype_name", "launch_with_config", "select_config"]

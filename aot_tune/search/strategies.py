@@ -1,0 +1,393 @@
+"""Search strategies: which configs the bench stage measures for one (shape, dtype), and how long.
+
+``exhaustive`` (the default) measures every candidate config; the bench stage keeps its
+incremental path for it (a new config is measured alone). The budgeted strategies measure part
+of the space within a per-shape budget:
+
+* ``random``: the first configs of a seeded order (a hash of seed and config id, so adding a
+  config to the space changes the draw by at most that config). Transfer does not apply: it
+  is the yardstick the other strategies are measured against.
+* ``successive_halving``: every config of the pool is timed short (``rep_ms / eta**(rungs-1)``
+  of samples), the best ``1/eta`` again ``eta`` times longer, and so on until the last rung,
+  which is timed in full. The pool is the neighbours' winners, then the seeded order.
+* ``surrogate``: an initial design (the neighbours' winners, then configs spread over the space,
+  aot_tune.search.surrogate.maximin_design), then rounds of: fit the additive model to every
+  measurement so far (the neighbours' at a lower weight), measure the ``BATCH`` untried configs
+  it predicts fastest (one of them one parameter away from the best so far). Every such probe is
+  a short screening timing (``SCREEN_SHARE`` of rep_ms: the model needs a rough time, not a
+  tight one); once the budget is spent the ``FINALISTS`` fastest are timed in full, and the pick
+  is among those. The design, each round and the finalists are each measured as one batch
+  (pipelined on the device in the bench stage).
+
+Budgets. ``{configs: N}`` caps the distinct configs measured (short or full; a config that
+failed to compile costs nothing and does not count, except in ``random``, whose draw is fixed
+before compiling). ``{seconds: S}`` caps the wall time of the search, measurements and the
+strategy's own compute: no new measurement (or batch) starts once S is spent (so a search ends
+at most one measurement or batch past it; seconds budgets depend on the machine, configs budgets
+do not). Successive halving under a seconds budget ends its first rung at ``FIRST_RUNG_SHARE`` of
+it, and the surrogate its screening at ``SCREEN_SECONDS_SHARE`` (the rest is for its finalists).
+Re-timing a config measured before (a promotion, a finalist) does not count against a configs
+budget.
+
+Transfer. The bench tasks of a (kernel, dtype) form two waves (``transfer_plan``): anchor
+shapes, spread over the shapes by farthest-point sampling, search with no neighbours; every
+other shape's bench task depends on its nearest anchors and starts from their results: the
+winners of those within ``TRANSFER_REACH`` are measured first, and all of them inform the
+surrogate at a weight that falls with distance. Which shape seeds which is fixed by the
+manifest's shapes alone, never by which task finished first on which GPU, so a run gives the
+same records whatever the scheduling; records name the shapes and configs that seeded them.
+
+Everything here is pure Python and gets its measurements through a callback, so the same code
+runs in the bench stage (real measurements) and in aot_tune.search.replay (recorded samples).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aot_tune.cache import config_from_proto, config_to_proto
+from aot_tune.fingerprint import digest
+from aot_tune.manifest import SearchSettings
+from aot_tune.runtime.lookup import key_distance  # the runtime's nearest-key metric: transfer and fallback agree
+from aot_tune.space import Config
+from aot_tune.search.surrogate import AdditiveModel, maximin_design, varying_params
+from aot_tune.tuning_schema import Measurement, TuningRecord
+
+#: Configs the surrogate measures before its first fit (neighbours' winners included).
+INITIAL_DESIGN = 8
+#: Configs measured between two fits of the surrogate, as one batch.
+BATCH = 4
+#: Share of rep_ms of the surrogate's screening timings (successive halving's first rung at eta 3,
+#: 3 rungs): on a GPU most of a full timing is its timed phase, so a probe costs about 40% of one.
+SCREEN_SHARE = 1 / 9
+#: Screened configs, fastest first, the surrogate times in full at the end; the pick is among them.
+FINALISTS = 3
+#: Share of a seconds budget the surrogate spends screening before it times its finalists.
+SCREEN_SECONDS_SHARE = 0.8
+#: Weight of a neighbour's observation in the surrogate, times exp(-log2 distance).
+SOURCE_WEIGHT = 0.5
+#: Winners of each neighbour tried first: the surrogate's design is small, a short rung is cheap.
+TRANSFER_WINNERS = {"surrogate": 1, "successive_halving": 3}
+#: A neighbour's winners are tried first only this close (log2 distance: 2 is one dim 4x away);
+#: a farther one's winners rarely win here and would take the place of a spread-out probe.
+TRANSFER_REACH = 2.0
+#: Share of a seconds budget successive halving spends on its first rung.
+FIRST_RUNG_SHARE = 0.5
+#: Neighbouring anchors a shape's search starts from.
+NEIGHBOURS = 2
+
+#: (config, share of rep_ms) -> the measurement; the share is 1.0 for a full timing.
+Measure = Callable[[Config, float], Measurement]
+#: [(config, share of rep_ms), ...] -> their measurements in that order, measured as one batch
+#: (pipelined on the device: each measurement's seconds is its share of the batch's wall time).
+MeasureBatch = Callable[[Sequence[tuple[Config, float]]], list[Measurement]]
+
+
+def seeded_order(configs: Sequence[Config], seed: int) -> list[Config]:
+    """A random order that is stable per config: adding a config moves no other."""
+    return sorted(configs, key=lambda c: hashlib.sha256(f"{seed}:{c.id}".encode()).digest())
+
+
+def up_front(settings: SearchSettings, candidates: Sequence[Config]) -> tuple[Config, ...]:
+    """The configs a search may measure, as far as is known before it runs (what the compile
+    stage builds): ``random`` with a configs budget draws them up front; the adaptive
+    strategies, and any search under a seconds budget, may reach every candidate."""
+    if settings.strategy == "random" and settings.budget_configs is not None:
+        return tuple(seeded_order(candidates, settings.seed)[:settings.budget_configs])
+    return tuple(candidates)
+
+
+def candidate_digest(configs: Sequence[Config]) -> str:
+    return digest(sorted(c.id for c in configs))
+
+
+def covers(record: TuningRecord, configs: Sequence[Config]) -> bool:
+    """A budgeted record (already matched by fingerprint, so by strategy and budget) answers
+    these candidates when its search chose among exactly them."""
+    return record.HasField("search") and record.search.candidates == candidate_digest(configs)
+
+
+def transfer_plan(shapes: Sequence[tuple[int, ...]], neighbours: int = NEIGHBOURS) -> dict[tuple[int, ...], tuple]:
+    """Each shape's source shapes: none for the round(sqrt(n)) anchors (the medoid first, then
+    each next shape farthest from the anchors so far; ties to the smaller shape), and the
+    ``neighbours`` nearest anchors for every other shape."""
+    shapes = sorted(set(map(tuple, shapes)))
+    if len(shapes) < 2:
+        return {s: () for s in shapes}
+    count = max(1, round(math.sqrt(len(shapes))))
+    anchors = [min(shapes, key=lambda s: (sum(key_distance(s, t) for t in shapes), s))]
+    while len(anchors) < count:
+        rest = [s for s in shapes if s not in anchors]
+        farthest = max(min(key_distance(s, a) for a in anchors) for s in rest)
+        anchors.append(min(s for s in rest if min(key_distance(s, a) for a in anchors) == farthest))
+    return {s: () if s in anchors else tuple(sorted(anchors, key=lambda a: (key_distance(s, a), a))[:neighbours])
+            for s in shapes}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A neighbouring shape's finished search, seeding this one."""
+
+    shape: tuple[int, ...]
+    distance: float                      # the runtime's log2 distance to the shape searched
+    times: tuple[tuple[Config, float], ...]  # passing measurements: config, median ms
+    winners: tuple[Config, ...]          # fastest first, its pick first
+
+
+def source_from_record(record: TuningRecord, shape: tuple[int, ...]) -> Source:
+    """A record as a source for ``shape``: its passing measurements, full timings before short
+    ones, fastest first, its pick at the head of the winners."""
+    passing = [(Config.from_dict(config_from_proto(m.config)), m.median_ms, bool(m.short_rep_ms))
+               for m in record.measurements if _ok(m)]
+    passing.sort(key=lambda t: (t[2], t[1], t[0].id))
+    winners = sorted((c for c, _, _ in passing), key=lambda c: c.id != record.best.id)  # stable
+    return Source(tuple(record.shape), key_distance(tuple(record.shape), tuple(shape)),
+                  tuple((c, t) for c, t, _ in passing), tuple(winners))
+
+
+@dataclass
+class SearchResult:
+    measurements: dict[str, Measurement]   # the latest measurement of each config, invalid ones too
+    configs_measured: int
+    seconds: float                          # spent against the budget
+    compute_seconds: float                  # of which the strategy's own compute
+    seeded_by: list[tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=list)
+
+
+class SearchRun:
+    """One shape's search in progress: spends the budget and keeps each config's latest measurement."""
+
+    def __init__(self, settings: SearchSettings, measure: Measure, invalid: Mapping[str, str],
+                 clock: Callable[[], float] = time.perf_counter, measure_batch: MeasureBatch | None = None) -> None:
+        self.settings = settings
+        self._measure = measure
+        self._measure_batch = measure_batch
+        self._invalid = invalid
+        self._clock = clock
+        self._mark = clock()
+        self.latest: dict[str, Measurement] = {}
+        self.measured_seconds = 0.0
+        self.compute_seconds = 0.0
+
+    @property
+    def configs_measured(self) -> int:
+        return len(self.latest)
+
+    @property
+    def seconds(self) -> float:
+        self._charge_compute()
+        return self.measured_seconds + self.compute_seconds
+
+    def measure(self, config: Config, share: float = 1.0) -> Measurement | None:
+        """Measure ``config`` with ``share`` of rep_ms; None once the budget is spent (a config
+        measured before may always be timed again under a configs budget)."""
+        budget_seconds, budget_configs = self.settings.budget_seconds, self.settings.budget_configs
+        if budget_seconds is not None and self.seconds >= budget_seconds:
+            return None
+        if budget_configs is not None and config.id not in self.latest and self.configs_measured >= budget_configs:
+            return None
+        if config.id in self._invalid:
+            m = invalid_measurement(config, self._invalid[config.id])
+        else:
+            self._charge_compute()
+            m = self._measure(config, share)
+            self._mark = self._clock()
+            self.measured_seconds += m.seconds
+        self.latest[config.id] = m
+        return m
+
+    def measure_batch(self, configs: Sequence[Config], share: float = 1.0) -> bool:
+        """Measure ``configs`` with ``share`` of rep_ms as one batch: as many as the configs
+        budget allows, none once the seconds budget is spent. False when the budget cut it short."""
+        budget_seconds, budget_configs = self.settings.budget_seconds, self.settings.budget_configs
+        if budget_seconds is not None and self.seconds >= budget_seconds:
+            return False
+        allowed, new = [], set()
+        for config in dict.fromkeys(configs):
+            if config.id not in self.latest and config.id not in new:
+                if budget_configs is not None and self.configs_measured + len(new) >= budget_configs:
+                    break
+                new.add(config.id)
+            allowed.append(config)
+        for config in allowed:
+            if config.id in self._invalid:
+                self.latest[config.id] = invalid_measurement(config, self._invalid[config.id])
+        probes = [(config, share) for config in allowed if config.id not in self._invalid]
+        if probes:
+            self._charge_compute()
+            if self._measure_batch is not None:
+                measured = self._measure_batch(probes)
+            else:
+                measured = [self._measure(config, s) for config, s in probes]
+            self._mark = self._clock()
+            for (config, _), m in zip(probes, measured, strict=True):
+                self.measured_seconds += m.seconds
+                self.latest[config.id] = m
+        return len(allowed) == len(dict.fromkeys(configs))
+
+    def _charge_compute(self) -> None:
+        now = self._clock()
+        self.compute_seconds += now - self._mark
+        self._mark = now
+
+
+def invalid_measurement(config: Config, reason: str) -> Measurement:
+    """The entry of a config whose compile failed: never launched, never chosen."""
+    m = Measurement(status="invalid", reason=reason)
+    config_to_proto(config.id, config.as_dict(), m.config)
+    return m
+
+
+def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: Mapping[str, str],
+               measure: Measure, sources: Sequence[Source] = (),
+               clock: Callable[[], float] = time.perf_counter,
+               measure_batch: MeasureBatch | None = None) -> SearchResult:
+    """Search one shape's candidates with a budgeted strategy. ``invalid`` maps the ids of
+    candidates whose compile failed to the reason; ``sources`` are neighbouring shapes' results.
+    ``measure_batch``, if given, measures the configs a strategy chooses together (the
+    surrogate's batches) in one go; without it they are measured one by one with ``measure``."""
+    if settings.exhaustive:
+        raise ValueError("exhaustive is not a budgeted search; the bench stage measures every config")
+    run = SearchRun(settings, measure, invalid, clock, measure_batch)
+    sources = sorted(sources, key=lambda s: (s.distance, s.shape)) if settings.strategy != "random" \
+        and settings.transfer else []
+    usable = [c for c in candidates if c.id not in invalid]
+    seeded: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+    if settings.strategy == "random":
+        _random(run, candidates)
+    elif settings.strategy == "successive_halving":
+        _successive_halving(run, usable, sources, seeded)
+    elif settings.strategy == "surrogate":
+        _surrogate(run, usable, sources, seeded)
+    else:
+        raise ValueError(f"unknown search strategy {settings.strategy!r}")
+    seconds = run.seconds
+    measurements = dict(run.latest)
+    counted = run.configs_measured
+    if settings.strategy != "random":  # every candidate was compiled: its failures are known and free
+        for config in candidates:
+            if config.id in invalid and config.id not in measurements:
+                measurements[config.id] = invalid_measurement(config, invalid[config.id])
+    return SearchResult(measurements, counted, seconds, run.compute_seconds, seeded)
+
+
+def transfer_first(sources: Sequence[Source], candidates: Sequence[Config], per_source: int,
+                   seeded: list | None = None) -> list[Config]:
+    """The winners of the sources within ``TRANSFER_REACH`` that are candidates here: every
+    source's best, then every source's second, ...; nearest source first. Records in ``seeded``
+    which source gave which (none for a source that only informs the surrogate)."""
+    allowed = {c.id for c in candidates}
+    picked: dict[str, Config] = {}
+    given: dict[tuple[int, ...], list[str]] = {s.shape: [] for s in sources}
+    for rank in range(per_source):
+        for source in (s for s in sources if s.distance <= TRANSFER_REACH):
+            winners = [c for c in source.winners if c.id in allowed]
+            if rank < len(winners) and winners[rank].id not in picked:
+                picked[winners[rank].id] = winners[rank]
+                given[source.shape].append(winners[rank].id)
+    if seeded is not None:
+        seeded.extend((shape, tuple(ids)) for shape, ids in given.items())
+    return list(picked.values())
+
+
+def _ok(m: Measurement) -> bool:
+    return m.status == "ok" and m.runs > 0
+
+
+def _random(run: SearchRun, candidates: Sequence[Config]) -> None:
+    for config in seeded_order(candidates, run.settings.seed):
+        if run.measure(config) is None:
+            return
+
+
+def _successive_halving(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source],
+                        seeded: list) -> None:
+    settings = run.settings
+    shares = [settings.eta ** -(settings.rungs - 1 - r) for r in range(settings.rungs)]
+    reached = [s for s in sources if s.distance <= TRANSFER_REACH]  # no model here for the others to inform
+    first = transfer_first(reached, candidates, TRANSFER_WINNERS["successive_halving"], seeded)
+    pool = list(dict.fromkeys([*first, *seeded_order(candidates, settings.seed)]))
+    stop_first_rung = (settings.budget_seconds * FIRST_RUNG_SHARE if settings.budget_seconds is not None
+                       else math.inf)
+    alive = []
+    for config in pool:
+        if run.seconds >= stop_first_rung:
+            break
+        m = run.measure(config, shares[0])
+        if m is None:
+            break
+        if _ok(m):
+            alive.append(config)
+    for share in shares[1:]:
+        alive.sort(key=lambda c: (run.latest[c.id].median_ms, c.id))
+        alive = alive[:max(1, math.ceil(len(alive) / settings.eta))]
+        promoted = []
+        for config in alive:
+            m = run.measure(config, share)
+            if m is None:
+                return
+            if _ok(m):
+                promoted.append(config)
+        alive = promoted
+
+
+def _surrogate(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list) -> None:
+    _screen(run, candidates, sources, seeded)
+    _finalists(run, candidates)  # also when the budget ran out mid-way: the pick is among full timings
+
+
+def _screen(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list) -> None:
+    """The surrogate's screening: short timings of the design, then of the model's batches."""
+    order = seeded_order(candidates, run.settings.seed)
+    if not order:
+        return
+    budget_seconds = run.settings.budget_seconds
+    stop = budget_seconds * SCREEN_SECONDS_SHARE if budget_seconds is not None else math.inf
+    first = transfer_first(sources, candidates, TRANSFER_WINNERS["surrogate"], seeded)
+    if not run.measure_batch(maximin_design(order, max(INITIAL_DESIGN, len(first)), first or order[:1]),
+                             SCREEN_SHARE):
+        return
+    model = AdditiveModel(varying_params(candidates))
+    prior = [(source.shape, config, math.log(t), SOURCE_WEIGHT * math.exp(-source.distance))
+             for source in sources for config, t in source.times if t > 0]
+    rank = {c.id: i for i, c in enumerate(order)}
+    while run.seconds < stop:
+        untried = [c for c in order if c.id not in run.latest]
+        if not untried:
+            return
+        own = [("searched", config, math.log(max(run.latest[config.id].median_ms, 1e-9)), 1.0)
+               for config in candidates if config.id in run.latest and _ok(run.latest[config.id])]
+        model.fit(prior + own)
+        untried.sort(key=lambda c: (model.predict(c), rank[c.id]))
+        if not run.measure_batch(_batch(untried, _incumbent(run, candidates)), SCREEN_SHARE):
+            return
+
+
+def _finalists(run: SearchRun, candidates: Sequence[Config]) -> None:
+    """Time the ``FINALISTS`` fastest screened configs in full, as one batch."""
+    screened = [c for c in candidates if c.id in run.latest and _ok(run.latest[c.id])
+                and run.latest[c.id].short_rep_ms]
+    screened.sort(key=lambda c: (run.latest[c.id].median_ms, c.id))
+    if screened:
+        run.measure_batch(screened[:FINALISTS], 1.0)
+
+
+def _incumbent(run: SearchRun, candidates: Sequence[Config]) -> Config | None:
+    passing = [c for c in candidates if c.id in run.latest and _ok(run.latest[c.id])]
+    return min(passing, key=lambda c: (run.latest[c.id].median_ms, c.id)) if passing else None
+
+
+def _batch(ranked: list[Config], incumbent: Config | None) -> list[Config]:
+    """The model's ``BATCH - 1`` favourites, and its favourite among the configs one parameter
+    away from the best so far: a value first seen next to bad ones gets tried in good company."""
+    batch = ranked[:BATCH - 1]
+    if incumbent is not None:
+        best = dict(incumbent.params)
+        near = next((c for c in ranked[BATCH - 1:]
+                     if sum(value != best.get(name) for name, value in c.params) == 1), None)
+        if near is not None:
+            batch.append(near)
+    return batch if len(batch) == BATCH else ranked[:BATCH]

@@ -1,0 +1,201 @@
+"""``doit check``: is every checked-in table in sync with the sources, the manifest and the
+toolchain? For CI machines without a GPU, like a lockfile check.
+
+For each kernel and each device that has records in its cache, every (shape, dtype) the
+manifest asks of that device (``interpreter_shapes`` for the interpreter) is classified:
+
+* tuned: a record whose fingerprint, recomputed from the current kernel source and manifest
+  with the device and toolchain the record names, matches;
+* stale: a record exists but its fingerprint differs (source, bench or search settings or shape
+  inputs changed; or, with ``toolchain="installed"``, the installed triton/torch differ), or it
+  did not measure exactly the configs the space now holds for that shape (for a budgeted
+  search: did not search among exactly them);
+* missing: no record.
+
+A generated module must be exactly what its cache renders to, byte for byte: a module edited
+by hand (or by anything else) is flagged, and so is one holding tuned entries its cache lacks
+(the cache was deleted, emptied or truncated: the next run would drop those tables).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from aot_tune import cache as cache_io
+from aot_tune.search import strategies as search
+from aot_tune.codegen import entries_missing_from_cache, is_generated, render_module
+from aot_tune.fingerprint import SourceIndex
+from aot_tune.manifest import KernelSpec, Manifest
+from aot_tune.pipeline.plan import MeasuredOn, bench_fingerprint, lost_tables_message, measured_dependencies, shape_label
+from aot_tune.triton_compat import versions
+
+TOOLCHAIN_MODES = ("recorded", "installed")
+
+
+@dataclass
+class Coverage:
+    kernel: str
+    device: str
+    tuned: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.stale and not self.missing
+
+
+@dataclass
+class CheckReport:
+    coverage: list[Coverage]
+    outdated_modules: list[str]
+    untuned_kernels: list[str]
+    #: one line each: a module holding entries its cache lacks, or a file aot_tune did not write
+    module_problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.coverage) and not self.outdated_modules and not self.untuned_kernels \
+            and not self.module_problems
+
+    def render(self) -> str:
+        lines = [f"{'kernel':<16}{'device':<16}{'tuned':>7}{'stale':>7}{'missing':>9}"]
+        for c in self.coverage:
+            lines.append(f"{c.kernel:<16}{c.device:<16}{len(c.tuned):>7}{len(c.stale):>7}{len(c.missing):>9}")
+        for c in self.coverage:
+            for what, entries in (("stale", c.stale), ("missing", c.missing)):
+                for entry in entries:
+                    lines.append(f"{what}: {c.kernel} on {c.device}: {entry}")
+        for kernel in self.untuned_kernels:
+            lines.append(f"missing: {kernel} has no tuned table on any device")
+        for path in self.outdated_modules:
+            lines.append(f"stale: {path} does not match its cache")
+        for line in self.module_problems:
+            lines.append(f"problem: {line}")
+        stale = sorted({c.kernel for c in self.coverage if not c.ok} | set(self.untuned_kernels)
+                       | {p.split("/")[-1].removesuffix(".py") for p in self.outdated_modules})
+        if self.module_problems and not stale:
+            lines.append("not in sync: fix each 'problem' line as it says")
+        elif stale:
+            lines.append(f"out of date: {', '.join(stale)}; fix: run `doit tune {' '.join(stale)}` on each "
+                         f"device listed, and commit generated/")
+        else:
+            lines.append("all tables are in sync with the sources, the manifest and the toolchain")
+        return "\n".join(lines)
+
+
+def check(manifest: Manifest, toolchain: str = "recorded") -> CheckReport:
+    if toolchain not in TOOLCHAIN_MODES:
+        raise ValueError(f"toolchain must be one of {TOOLCHAIN_MODES}")
+    installed = versions()
+    sources = SourceIndex(manifest.root)
+    report = CheckReport([], [], [])
+    for spec in manifest.kernels:
+        code, dependencies = measured_dependencies(sources, spec)
+        cache_path = manifest.root / spec.cache
+        cache = cache_io.read_cache(cache_path)
+        cache_io.check_records(cache.records, cache_path, spec)
+        devices = sorted({r.device.key for r in cache.records})
+        if not devices:
+            report.untuned_kernels.append(spec.name)
+        for device in devices:
+            records = [r for r in cache.records if r.device.key == device]
+            report.coverage.append(_device_coverage(spec, code, records, toolchain, installed, dependencies))
+        generated = manifest.root / spec.generated
+        missing = entries_missing_from_cache(generated, cache, spec.name)
+        if missing:
+            report.module_problems.append(lost_tables_message(manifest, spec, missing))
+        elif not is_generated(generated):
+            report.module_problems.append(f"{spec.generated} was not written by aot_tune (no '# Generated by "
+                                          f"aot_tune' first line); fix: point generated: at another file")
+        elif (devices or generated.exists()) and _module_text(generated) != \
+                render_module(spec.name, spec.key, cache, manifest.path.name):
+            report.outdated_modules.append(spec.generated)
+    return report
+
+
+def _module_text(path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def record_problem(spec: KernelSpec, code: str, record, versions_used: dict | None = None,
+                   dependencies: dict[str, str] | None = None) -> str:
+    """Why a record no longer answers for the current sources and manifest ('' if it does).
+    The device and toolchain are the record's own unless ``versions_used`` overrides triton/torch;
+    with the current ``dependencies`` (aot_tune.fingerprint), a code change names what changed."""
+    versions_used = versions_used or {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
+    on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
+                    record.device.backend, versions_used["triton"], versions_used["torch"])
+    shape = tuple(record.shape)
+    if bench_fingerprint(spec, code, shape, record.dtype, on) != record.fingerprint:
+        recorded = json.loads(record.search.settings) if record.HasField("search") else {"strategy": "exhaustive"}
+        if recorded != spec.search.canonical():
+            return f"search settings changed (record: {_settings_text(recorded)}; manifest: " \
+                   f"{_settings_text(spec.search.canonical())})"
+        return _what_changed(spec, record, versions_used, dependencies)
+    planned = spec.space.configs_for(spec.shape_dict(shape))
+    if spec.search.exhaustive:
+        if {m.config.id for m in record.measurements} != {c.id for c in planned}:
+            return "config space changed"
+    elif not search.covers(record, planned):
+        return "config space changed"
+    return ""
+
+
+def _what_changed(spec: KernelSpec, record, versions_used: dict, dependencies: dict[str, str] | None) -> str:
+    """Name the input that moved a record's fingerprint, as far as the record tells."""
+    bench = spec.bench
+    recorded_bench = (record.bench.warmup_ms, record.bench.rep_ms, record.bench.l2_flush,
+                      record.bench.l2_flush_bytes or None)
+    if recorded_bench != (bench.warmup_ms, bench.rep_ms, bench.l2_flush, bench.l2_flush_bytes):
+        return "bench settings changed"
+    toolchain = (record.toolchain.triton, record.toolchain.torch)
+    if toolchain != (versions_used["triton"], versions_used["torch"]):
+        return (f"toolchain changed (measured with triton {toolchain[0]}, torch {toolchain[1]}; installed: "
+                f"triton {versions_used['triton']}, torch {versions_used['torch']})")
+    if dependencies is not None and record.dependencies:
+        before = {d.name: d.digest for d in record.dependencies}
+        changed = []
+        for name, part in dependencies.items():
+            earlier = before.get(name)
+            if earlier is None:
+                changed.append(f"{name} added")
+            elif earlier != part:
+                changed.append(f"{name} {earlier} -> {part}" if name.startswith("distribution ") else f"{name} changed")
+        changed += [f"{name} removed" for name in before if name not in dependencies]
+        if changed:
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            return "code changed: " + ", ".join(changed[:3]) + more
+    return "kernel source, manifest or toolchain changed"
+
+
+def _settings_text(settings: dict) -> str:
+    """``surrogate budget={"configs":40} seed=0 transfer=true``"""
+    rest = (f"{k}={json.dumps(settings[k], sort_keys=True, separators=(',', ':'))}" for k in sorted(settings)
+            if k != "strategy")
+    return " ".join([str(settings.get("strategy", "?")), *rest])
+
+
+def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str, installed: dict,
+                     dependencies: dict[str, str]) -> Coverage:
+    first = records[0].device
+    coverage = Coverage(spec.name, first.key)
+    shapes = spec.shapes_for(first.backend)
+    by_key = {(r.dtype, tuple(r.shape)): r for r in records}
+    for shape in shapes:
+        for dtype in spec.dtypes:
+            label = f"{dtype} {shape_label(shape)}"
+            record = by_key.get((dtype, tuple(shape)))
+            if record is None:
+                coverage.missing.append(label)
+                continue
+            problem = record_problem(spec, code, record, installed if toolchain == "installed" else None,
+                                     dependencies)
+            if problem:
+                coverage.stale.append(f"{label} ({problem})")
+            else:
+                coverage.tuned.append(label)
+    return coverage

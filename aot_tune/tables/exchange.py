@@ -1,0 +1,165 @@
+"""Merging tuning caches made on other machines (other GPUs) into this project's caches.
+
+Policy, per record identity (kernel, device key, dtype, shape):
+* same fingerprint on both sides: the newer measurement wins;
+* different fingerprints: the record that is current for this checkout's kernel sources and
+  manifest wins (recomputed as ``doit check`` does, with the device and toolchain the record
+  names); if both or neither are current, the newer wins, and ``doit check`` reports a
+  non-current survivor as stale.
+Records of one identity are never combined. Every device keeps its own table, so caches from
+an H100 and an H200 merge into one file and one generated module with both tables.
+
+Nothing is written until every incoming record has been checked against the manifest (its
+kernel's key dims, the params of its space and their types, dtype and device names): one bad
+record stops the merge with one line naming its file and index, and changes nothing on disk.
+A merge never drops a table either: if a generated module holds entries that the merged cache
+would lack, it stops (``doit drop-device`` drops a device's tables on purpose).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from aot_tune import cache as cache_io
+from aot_tune.tables.check import record_problem
+from aot_tune.codegen import ensure_generated, entries_missing_from_cache, render_module, write_module
+from aot_tune.errors import TuneError
+from aot_tune.fingerprint import SourceIndex
+from aot_tune.manifest import KernelSpec, Manifest
+from aot_tune.pipeline.plan import lost_tables_message, measured_code
+from aot_tune.tuning_schema import TuningRecord
+
+
+@dataclass
+class MergeSummary:
+    added: int = 0
+    replaced: int = 0
+    kept: int = 0
+    unknown_kernels: set[str] = field(default_factory=set)
+    kernels: set[str] = field(default_factory=set)
+
+    def render(self) -> str:
+        text = (f"merged into {len(self.kernels)} kernel cache(s): {self.added} records added, "
+                f"{self.replaced} replaced, {self.kept} kept (ours were newer or current)")
+        if self.unknown_kernels:
+            text += f"\nskipped records of kernels not in the manifest: {', '.join(sorted(self.unknown_kernels))}"
+        return text
+
+
+def cache_files(paths: Iterable[str]) -> list[Path]:
+    """The cache files named, or found (``*.tuning.*``) in the folders named."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files.extend(sorted(p for p in path.iterdir() if ".tuning." in p.name and p.is_file()))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise TuneError(f"{raw}: no such cache file or folder; fix: name a *.tuning.pb/.txtpb file "
+                            f"or the generated/ folder of another checkout")
+    if not files:
+        raise TuneError("no cache files found to merge; fix: name *.tuning.pb/.txtpb files or folders holding them")
+    return files
+
+
+def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
+    specs = {spec.name: spec for spec in manifest.kernels}
+    sources = SourceIndex(manifest.root)
+    incoming: dict[str, list[TuningRecord]] = {}
+    summary = MergeSummary()
+    for path in files:
+        records = cache_io.read_cache(path).records
+        for index, record in enumerate(records):
+            spec = specs.get(record.kernel)
+            if spec is None:
+                summary.unknown_kernels.add(record.kernel)
+                continue
+            problem = cache_io.record_problem(record, spec, complete=True)
+            if problem:
+                raise TuneError(f"{path}: record {index} ({cache_io.describe_record(record)}): {problem}; "
+                                f"nothing was merged; fix: merge caches made with this manifest's kernels and "
+                                f"spaces, or restore that file")
+            incoming.setdefault(record.kernel, []).append(record)
+    merged_caches = {}
+    for kernel, records in sorted(incoming.items()):
+        spec = specs[kernel]
+        code = measured_code(sources, spec)
+        current = lambda r, spec=spec, code=code: not record_problem(spec, code, r)  # noqa: E731
+        path = manifest.root / spec.cache
+        existing = cache_io.read_cache(path)
+        cache_io.check_records(existing.records, path, spec)
+        ours = {cache_io.record_identity(r): r for r in existing.records}
+        for record in records:
+            identity = cache_io.record_identity(record)
+            mine = ours.get(identity)
+            if mine is None:
+                ours[identity] = record
+                summary.added += 1
+            elif _prefer(record, mine, current):
+                ours[identity] = record
+                summary.replaced += 1
+            else:
+                summary.kept += 1
+        merged = cache_io.sorted_cache(cache_io.without_samples(r) for r in ours.values())
+        missing = entries_missing_from_cache(manifest.root / spec.generated, merged, spec.name)
+        if missing:
+            raise TuneError(lost_tables_message(manifest, spec, missing) + "; nothing was merged")
+        merged_caches[kernel] = (spec, path, merged, render_module(spec.name, spec.key, merged, manifest.path.name))
+    for spec, *_ in merged_caches.values():  # every module is checked before anything is written
+        ensure_generated(manifest.root / spec.generated)
+    for kernel, (spec, path, merged, text) in merged_caches.items():
+        cache_io.write_cache(merged, path)
+        write_module(manifest.root / spec.generated, text)
+        summary.kernels.add(kernel)
+    return summary
+
+
+@dataclass
+class DropSummary:
+    devices: tuple[str, ...]
+    dropped: dict[str, int] = field(default_factory=dict)  # kernel -> records removed
+
+    def render(self) -> str:
+        devices = ", ".join(self.devices)
+        if not self.dropped:
+            return f"no table of {devices} to drop"
+        done = ", ".join(f"{k} ({n} record{'s' if n != 1 else ''})" for k, n in sorted(self.dropped.items()))
+        return f"dropped the {devices} tables of: {done}; commit generated/ to ship the change"
+
+
+def drop_devices(manifest: Manifest, devices: Iterable[str], kernels: Iterable[KernelSpec]) -> DropSummary:
+    """Remove the devices' records from the kernels' caches and their tables from the generated
+    modules: the explicit way to drop a table (a run never does it on its own)."""
+    summary = DropSummary(tuple(dict.fromkeys(devices)))
+    plans = []
+    for spec in kernels:
+        path = manifest.root / spec.cache
+        cache = cache_io.read_cache(path)
+        cache_io.check_records(cache.records, path, spec)
+        kept = [r for r in cache.records if r.device.key not in summary.devices]
+        in_module = entries_missing_from_cache(manifest.root / spec.generated, cache_io.sorted_cache(kept), spec.name)
+        others = {d: n for d, n in in_module.items() if d not in summary.devices}
+        if others:
+            raise TuneError(lost_tables_message(manifest, spec, others) + "; nothing was dropped")
+        if len(kept) == len(cache.records) and not in_module:
+            continue
+        merged = cache_io.sorted_cache(kept)
+        plans.append((spec, path, merged, render_module(spec.name, spec.key, merged, manifest.path.name),
+                      len(cache.records) - len(kept)))
+    for spec, *_ in plans:
+        ensure_generated(manifest.root / spec.generated)
+    for spec, path, merged, text, removed in plans:
+        cache_io.write_cache(merged, path)
+        write_module(manifest.root / spec.generated, text)
+        summary.dropped[spec.name] = removed
+    return summary
+
+
+def _prefer(theirs: TuningRecord, mine: TuningRecord, current) -> bool:
+    if theirs.fingerprint != mine.fingerprint:
+        theirs_current, mine_current = current(theirs), current(mine)
+        if theirs_current != mine_current:
+            return theirs_current
+    return theirs.measured_at > mine.measured_at

@@ -1,0 +1,182 @@
+"""Worker processes shared by all tasks of one run: a compile pool and the bench devices.
+
+doit runs our tasks on threads (``-P thread``); each task hands its work to a pool here and
+waits. Workers start once and stay alive across tasks. Compile workers are forked from a fork
+server that imported torch and triton and did their one-time set-up once (aot_tune.workers.forking), so
+each starts in milliseconds instead of importing for seconds; they are all started as soon as
+the run knows it will compile (``start_compiles``), while the server's imports may still be
+running. Nothing starts until the run knows it needs it, so a run with nothing to do starts nothing.
+
+The bench devices are the local device pool (``--executor local``), or the GPUs of a Dask
+cluster (``--executor dask``, aot_tune.bench.dask); both lease a device of a given model to one
+bench task at a time. Compiles always run here.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import sys
+import threading
+from pathlib import Path
+
+from aot_tune.workers import forking
+from aot_tune.bench.local.pool import DevicePool
+from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
+from aot_tune.errors import TuneError
+from aot_tune.bench.local.detect import LocalDevice
+from aot_tune.build.specialize import SpecializeRequest, SpecializeResult, capture
+
+DEFAULT_COMPILE_TIMEOUT_S = 600.0
+
+
+#: How this worker started (read by ``worker_state``): whether torch was already imported when
+#: the initializer ran, i.e. inherited from the fork server.
+_STARTED: dict = {}
+
+
+def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None = None) -> None:
+    """Pool initializer: take the pool's environment, pin Triton's cache and env before any
+    compile, and import what the fork server did not (everything, for a spawned worker)."""
+    _STARTED["torch_preloaded"] = "torch" in sys.modules
+    modules = len(sys.modules)
+    forking.adopt_environment(environ)
+    os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
+    os.environ.pop("TRITON_INTERPRET", None)
+    from aot_tune import triton_compat
+
+    triton_compat.pin_environment()
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+    _STARTED["modules_imported"] = len(sys.modules) - modules
+
+
+def _started() -> int:
+    """A no-op task: submitting one per worker starts them all at once."""
+    return os.getpid()
+
+
+def worker_state(hold_s: float = 0.0) -> dict:
+    """What a compile worker runs with (for tests and diagnostics), after ``hold_s`` seconds (so
+    that tasks submitted together land on different workers)."""
+    import time
+
+    time.sleep(hold_s)
+    preload = sys.modules.get(forking.PRELOAD_MODULE)  # inherited from the fork server, if forked from it
+    return {"pid": os.getpid(), "forked": forking.forked_from_server(), **_STARTED,
+            "preload": dict(preload.STATE) if preload is not None else {},
+            "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR"), "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET"),
+            "environ": dict(os.environ)}
+
+
+class Executors:
+    def __init__(self, device: LocalDevice, triton_cache_dir: Path, compile_jobs: int,
+                 compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, cluster=None) -> None:
+        """``cluster``: an ``aot_tune.bench.dask.ClusterDevices`` to bench on instead of local devices."""
+        self.device = device
+        self._cluster = cluster
+        self.triton_cache_dir = str(triton_cache_dir)
+        self.compile_jobs = max(1, compile_jobs)
+        self.compile_timeout_s = compile_timeout_s
+        self._compile_pool: cf.ProcessPoolExecutor | None = None
+        self._device_pool: DevicePool | None = None
+        self._compiles_started = False
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _pool(self) -> cf.ProcessPoolExecutor:
+        context = forking.context()  # the first call in a process waits for the fork server's first worker
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the compile pool is closed")
+            if self._compile_pool is None:
+                self._compile_pool = cf.ProcessPoolExecutor(
+                    max_workers=self.compile_jobs, mp_context=context,
+                    initializer=_warm_compile_worker, initargs=(self.triton_cache_dir, forking.environment()),
+                )
+            return self._compile_pool
+
+    def start_compiles(self) -> None:
+        """Start the compile workers now, all of them, in the background: the fork server begins
+        its imports at once, and every worker is up when the first compiles are submitted
+        (a pool starts one worker per submitted task otherwise). Idempotent."""
+        with self._lock:
+            if self._compiles_started:
+                return
+            self._compiles_started = True
+        forking.start_server()
+        threading.Thread(target=self._start_all_compile_workers, name="aot_tune-compile-start", daemon=True).start()
+
+    def _start_all_compile_workers(self) -> None:
+        try:
+            pool = self._pool()
+            for _ in range(self.compile_jobs):
+                pool.submit(_started)
+        except RuntimeError:  # closed, or broken meanwhile (the next compile renews it)
+            pass
+
+    def _replace_pool(self, broken: cf.ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._compile_pool is broken:
+                self._compile_pool = None
+        _kill(broken)
+
+    def compile(self, request: CompileRequest, config_id: str) -> CompileResult:
+        """Compile in the pool; a worker crash or hang becomes a typed result, and the pool is renewed."""
+        for attempt in (1, 2):
+            pool = self._pool()
+            future = pool.submit(compile_config, request, config_id)
+            try:
+                return future.result(timeout=self.compile_timeout_s)
+            except cf.TimeoutError:
+                self._replace_pool(pool)
+                return CompileResult(request.kernel, config_id, request.target, status="timeout",
+                                     message=f"compile exceeded {self.compile_timeout_s:.0f} s")
+            except cf.process.BrokenProcessPool:
+                self._replace_pool(pool)
+                if attempt == 2:  # crashed twice: this config kills the compiler
+                    return CompileResult(request.kernel, config_id, request.target, status="crashed",
+                                         message="the compiler process died")
+        raise AssertionError("unreachable")
+
+    def specialize(self, request: SpecializeRequest) -> SpecializeResult:
+        """Capture launch specializations in the pool (its workers then stay warm for the compiles)."""
+        pool = self._pool()
+        future = pool.submit(capture, request)
+        try:
+            return future.result(timeout=self.compile_timeout_s)
+        except (cf.TimeoutError, cf.process.BrokenProcessPool):
+            self._replace_pool(pool)
+            raise TuneError(f"{request.kernel}: running its launch function on meta tensors for {request.target} "
+                            f"crashed or hung a worker; fix: make the launch function shape-driven "
+                            f"(no reads of tensor data), see README 'tuning.yaml reference'") from None
+
+    @property
+    def devices(self):
+        """Where bench tasks lease a device: ``lease(device)``, ``start()``, ``close()``."""
+        if self._cluster is not None:
+            return self._cluster
+        with self._lock:
+            if self._device_pool is None:
+                self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir)
+            return self._device_pool
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._compile_pool = self._compile_pool, None
+            # The closed device pool stays, so the run summary reads its start-up times (a new one
+            # would have none, and the summary would say the workers were up before the run).
+            devices = self._device_pool
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if devices is not None:
+            devices.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def _kill(pool: cf.ProcessPoolExecutor) -> None:
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,93 @@
+"""Imported once by the fork server that compile workers (and GPU device workers) are forked from.
+
+Everything a worker would otherwise pay on its own start and first compile is done here, once:
+importing torch, triton and the compile modules, torch's lazy imports on the first meta-tensor
+op (torch._dynamo, 1.4 s on a 2-core machine), Triton's hash of its own library for its cache
+key (``triton_key()``, lru-cached, 0.4-0.8 s) and the modules Triton's first launch imports.
+Then every worker is a ``fork()`` of this process.
+
+For that fork to be safe and to behave like a spawned worker:
+
+* this process is single-threaded in Python (it starts no thread; ``STATE["threads"]`` records
+  it) and runs no OpenMP/BLAS work (meta tensors compute nothing). numpy's OpenBLAS starts a
+  thread pool when loaded; it shuts it down around ``fork()`` itself (pthread_atfork);
+* it never initializes CUDA: no ``torch.cuda`` call, Triton's driver is not created (a compile
+  worker installs a stand-in driver; a GPU device worker initializes CUDA in itself after the
+  fork, and checks first, aot_tune.workers.forking.cuda_fork_problem). Importing a CUDA build of torch
+  loads the CUDA driver's library, which is harmless until it is initialized: the last step here
+  records whether it was (``STATE["drivers"]``), since a forked worker cannot tell;
+* the environment is pinned before triton is imported: TRITON_INTERPRET is removed (triton
+  decides at import time whether its own library functions are interpreted, so interpreter
+  device workers are spawned instead) and the cache-key variables are set. TRITON_CACHE_DIR and
+  the other knobs triton reads lazily (triton 3.6 and 3.9 read ``knobs.cache.dir`` from the
+  environment on each use), so each worker sets its run's cache directory after the fork;
+* it imports torch and triton from the tuning process's ``sys.path`` (aot_tune itself was found
+  on the server's own path, before this module ran; aot_tune.workers.forking checks that a forked worker
+  finds all three where the tuning process does, and spawns workers if not).
+
+Nothing here may raise: a failed step only leaves more for each worker to do, as before.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+#: What the preload did; forked workers inherit it (aot_tune.workers.forking.forked_from_server).
+STATE: dict = {"preloaded": False, "seconds": 0.0, "threads": 0, "error": "", "drivers": {}}
+
+_SYS_PATH_ENV = "AOT_TUNE_FORKSERVER_SYS_PATH"  # aot_tune.workers.forking.SYS_PATH_ENV
+
+
+def _use_the_parents_path() -> None:
+    try:
+        path = json.loads(os.environ.get(_SYS_PATH_ENV, "null"))
+    except ValueError:
+        return
+    if isinstance(path, list):
+        sys.path[:] = [str(entry) for entry in path]
+
+
+def _preload() -> None:
+    start = time.perf_counter()
+    _use_the_parents_path()
+    os.environ.pop("TRITON_INTERPRET", None)
+    from aot_tune import triton_compat
+
+    triton_compat.pin_environment()
+    import torch
+    import torch._dynamo  # noqa: F401 - what torch._refs imports on the first meta-tensor op
+    import triton  # noqa: F401
+
+    # The meta-tensor ops input builders and launch functions use, on meta tensors: nothing runs.
+    a = torch.randn((16, 16), dtype=torch.float16, device="meta")
+    b = torch.empty((16, 16), dtype=torch.float32, device="meta")
+    (a / 2, a * a, a @ a, a.float() + b, torch.zeros_like(a), a.stride(), a.data_ptr())
+    from triton.runtime.cache import triton_key  # 3.6 and 3.9: lru-cached, hashes libtriton
+
+    triton_key()
+    # The modules Triton's first launch imports. Also what aot_tune.runtime.warm_start imports on a
+    # thread when a decorated kernel is imported: a worker that launches right after would import
+    # them on two threads at once (Python can then report an import deadlock).
+    triton_compat.import_first_launch_modules()
+    import aot_tune.bench.engine.measure  # noqa: F401
+    import aot_tune.bench.local.worker  # noqa: F401
+    import aot_tune.build.compile  # noqa: F401
+    import aot_tune.build.specialize  # noqa: F401
+    STATE["seconds"] = round(time.perf_counter() - start, 3)
+    STATE["threads"] = threading.active_count()
+    STATE["preloaded"] = STATE["threads"] == 1  # a thread of ours would not survive a fork: say so
+
+
+try:
+    _preload()
+except Exception as exc:  # the server must start regardless; workers then import what is missing
+    STATE["error"] = f"{type(exc).__name__}: {exc}"[:300]
+try:  # last: what the imports above loaded (aot_tune.workers.forking.cuda_fork_problem reads it in a GPU worker)
+    from aot_tune.workers.forking import driver_states
+
+    STATE["drivers"] = driver_states()
+except Exception:  # unread: a GPU worker that finds a driver loaded is spawned instead
+    pass
