@@ -49,7 +49,7 @@ class BenchSettings:
     warmup_ms: float
     rep_ms: float
     l2_flush: bool
-    l2_flush_bytes: int | None  # None: the device's L2 size
+    l2_flush_bytes: int | None  # None: twice the device's L2
 
 
 STRATEGIES = ("exhaustive", "random", "successive_halving", "surrogate")
@@ -560,7 +560,7 @@ def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> Bench
             changes[k] = v
         elif v is not None:
             changes[k] = _positive_int(
-                ctx, v, sub, vline, "write a byte count such as 52428800, or null for the device's L2 size"
+                ctx, v, sub, vline, "write a byte count such as 52428800, or null for twice the device's L2"
             )
         else:
             changes[k] = None
