@@ -13,7 +13,7 @@ import triton.language as tl
 
 import aot_tune
 
-# The first config is the fallback for a launch the table cannot serve (see README, "Runtime").
+# The first config is the fallback for a launch the table cannot serve (see docs/reference/runtime.md).
 _CONFIGS = [
     triton.Config({"BLOCK_SIZE": block}, num_warps=warps, num_stages=1)
     for block, warps in ((1024, 4), (256, 2), (512, 4), (2048, 4), (4096, 8))

@@ -31,7 +31,7 @@ Usage, from the repository root (doit importable, e.g. its wheel on PYTHONPATH):
 
 The defaults fit one 10-minute command (budget 570 s): phase 1 runs to completion, phase 3 gets
 what is left less 60 s for phase 4. The full paper space does not fit one command (its
-sequential compiles alone take about 50 minutes on the H200 host, see BENCHMARKS.md).
+sequential compiles alone take about 50 minutes on the H200 host, see docs/bench-log.md).
 """
 from __future__ import annotations
 

@@ -8,96 +8,9 @@ with the file, the 1-based line, the dotted key path and a fix, e.g.::
 This module must not import torch or triton: the doit loader imports it on
 every invocation, so it has to load in a few milliseconds.
 
-Reference schema
-================
-
-.. code-block:: yaml
-
-    version: 1                       # required, must be 1
-    defaults:                        # optional; every key here can be overridden per kernel
-      dtypes: [float16]              # default [float16]
-      targets: [sm80, sm90]          # default [sm80, sm90]
-      bench: {warmup_ms: 25, rep_ms: 100, l2_flush: true, l2_flush_bytes: null}
-                                     # l2_flush_bytes null: the device's L2 size
-      search: {strategy: exhaustive}  # default; see "search" below
-      cache: "generated/{kernel}.tuning.pb"   # default; {kernel} is the kernel's name
-      generated: "generated/{kernel}.py"          # default; must end in .py
-    kernels:                         # mapping: name -> spec; name matches [a-z_][a-z0-9_]*
-      gemm:
-        kernel: kernels.gemm:matmul_kernel      # "module.path:attr", all four required
-        launch: kernels.gemm:matmul
-        inputs: kernels.gemm:make_inputs
-        reference: kernels.gemm:reference
-        key: [M, N, K]               # required: the shape dims (identifiers)
-        space:                       # required: param -> non-empty list of values
-          BLOCK_M: [32, 64, 128, 256]   # (ints, floats, bools or strings)
-          num_warps: [2, 4, 8]
-          num_stages: [3, 4, 5]
-        constraints:                 # optional; Python expressions over params and key dims
-          - "BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N <= 65536"
-          - "BLOCK_M <= max(32, next_pow2(M))"
-        shapes:                      # required, non-empty
-          - {M: 256, N: 256, K: 256}                           # explicit: exactly the key dims
-          - grid: {M: [256, 512], N: [256], K: [256, 4096]}    # cartesian product
-        interpreter_shapes: [...]    # optional, same forms as shapes; default: shapes
-        default_config: {BLOCK_M: 64, ..., num_warps: 4}   # optional: the config a user gets
-                                     # untuned; every space param; a string is an expression
-                                     # over the key dims (for params whose values are numbers)
-        vendor: kernels.gemm:vendor  # optional: the vendor implementation, reference's signature
-        cost: {flops: "2*M*N*K", bytes: "(M*K + K*N + M*N) * dtype_bytes"}   # optional
-        compile_cost: "BLOCK_M * BLOCK_N / num_warps"   # optional: orders the compile queue
-        dtypes: [float16, bfloat16]  # optional override
-        bench: {rep_ms: 50}          # optional, merged over defaults key by key
-        targets: [sm90]              # optional override
-        cache: "..."                 # optional override
-        generated: "..."             # optional override
-
-Rules
------
-
-* Unknown keys anywhere are errors listing the allowed keys, with a "did you
-  mean" for typos (``shape:`` -> ``shapes``). Duplicate keys are errors (plain
-  PyYAML would silently keep the last one).
-* ``space``: at least one param. Triton launch options are checked:
-  ``num_warps`` powers of two 1..32, ``num_stages`` ints >= 1, ``num_ctas``
-  powers of two, ``maxnreg`` ints >= 1 or null. Every other param is a kernel
-  ``tl.constexpr``. Param names and key dims are identifiers, distinct from
-  each other and from the constraint functions.
-* ``constraints``: numbers, quoted strings, params, key dims, ``+ - * / // % **``,
-  unary ``-``, comparisons (chains ok), ``and``/``or``/``not``, parentheses,
-  ``a if c else b`` and the functions ``min max abs cdiv next_pow2 log2
-  is_pow2``. A config is kept for a shape only when all constraints hold.
-  Constraints using no key dim are *shape-independent*; they must leave at
-  least one config.
-* ``shapes``: explicit entries come first, then grid expansions, in file
-  order, duplicates removed (first wins). Sizes are integers >= 1.
-* ``dtypes``: float16, bfloat16, float32 (aliases fp16, half, bf16, fp32, float).
-* ``targets``: ``smNN``, ``sm_NN`` or an integer ``NN``; stored as ``smNN``.
-* ``bench``: ``warmup_ms``/``rep_ms`` positive numbers, ``l2_flush`` a bool,
-  ``l2_flush_bytes`` a positive integer or null. YAML 1.1 reads ``1e3`` as a
-  string: write ``1000`` or ``1.0e+3``.
-* ``default_config``: exactly the space's params; values need not be in the space. A string
-  value of a param whose space values are all numbers is an expression over the key dims
-  (the constraint language); it is evaluated for every shape at load. Launch options are
-  checked as in ``space``.
-* ``vendor``: ``module:attr`` like the other references; called with the inputs, like
-  ``reference``, and timed as the vendor baseline (so not the fp32 reference itself).
-* ``cost``: ``flops`` and/or ``bytes``, numbers or expressions over the key dims and
-  ``dtype_bytes`` (2 for float16/bfloat16, 4 for float32); non-negative for every shape.
-* ``compile_cost``: an expression over the space's params (the constraint language, no key
-  dims): a config's relative compile time, non-negative for every config. It only orders the
-  compile queue, slowest first, so the longest compiles do not start last; ties fall back to
-  the default estimate (the product of the integer params over ``num_warps``). Once a config
-  has been compiled, its recorded compile time orders it instead.
-* ``search``: ``strategy`` is ``exhaustive`` (the default: every config is measured),
-  ``random``, ``successive_halving`` or ``surrogate``; the others need a per-shape ``budget``
-  of ``{configs: N}`` or ``{seconds: S}``, and take ``seed`` (int >= 0, default 0);
-  ``successive_halving`` and ``surrogate`` take ``transfer`` (bool, default true);
-  ``successive_halving`` takes ``eta`` (int >= 2, default 3) and ``rungs`` (int >= 2,
-  default 3). A key the strategy does not take is an error; a kernel's block merges over the
-  defaults' key by key, and keys its strategy does not take are not inherited.
-* ``cache``/``generated``: relative to the manifest's folder; ``{kernel}`` is
-  the only placeholder; no two kernels may share an output path.
+The schema and its rules are documented once, in docs/reference/tuning-yaml.md
+(its defaults are checked against :class:`_Defaults` and :class:`SearchSettings`
+by tests/test_docs.py).
 """
 
 from __future__ import annotations
@@ -136,7 +49,7 @@ class BenchSettings:
     warmup_ms: float
     rep_ms: float
     l2_flush: bool
-    l2_flush_bytes: int | None  # None: the device's L2 size
+    l2_flush_bytes: int | None  # None: twice the device's L2
 
 
 STRATEGIES = ("exhaustive", "random", "successive_halving", "surrogate")
@@ -647,7 +560,7 @@ def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> Bench
             changes[k] = v
         elif v is not None:
             changes[k] = _positive_int(
-                ctx, v, sub, vline, "write a byte count such as 52428800, or null for the device's L2 size"
+                ctx, v, sub, vline, "write a byte count such as 52428800, or null for twice the device's L2"
             )
         else:
             changes[k] = None

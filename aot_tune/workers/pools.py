@@ -149,7 +149,7 @@ class Executors:
             self._replace_pool(pool)
             raise TuneError(f"{request.kernel}: running its launch function on meta tensors for {request.target} "
                             f"crashed or hung a worker; fix: make the launch function shape-driven "
-                            f"(no reads of tensor data), see README 'tuning.yaml reference'") from None
+                            f"(no reads of tensor data), see docs/reference/tuning-yaml.md") from None
 
     @property
     def devices(self):

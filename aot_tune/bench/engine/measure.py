@@ -79,7 +79,7 @@ SPACER_MS = 1.0
 #: Throwaway CUDA graphs a worker captures and replays when it opens its GPU. On the H200, the
 #: first three graphs a process replayed ran a 1.8 us kernel at 1.4 us per launch, all later
 #: ones at 1.8 us; three throwaway graphs first made the first real ones read like the rest
-#: (BENCHMARKS.md, "Where our spread comes from").
+#: (docs/bench-log.md, "Where our spread comes from").
 WARMUP_GRAPHS = 3
 INTERPRETER_MAX_RUNS = 3
 
