@@ -18,7 +18,7 @@ def compile_executors(tmp_path_factory):
     """One compile worker for the session's real cross-compiles and captures (it imports torch
     and triton once), compiling into one fresh Triton cache."""
     from aot_tune.workers.pools import Executors
-    from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+    from aot_tune.bench.runner import INTERPRETER_DEVICE
 
     pool = Executors(INTERPRETER_DEVICE, tmp_path_factory.mktemp("triton-cache"), compile_jobs=1)
     yield pool

@@ -18,7 +18,7 @@ from tunerun import doit, executed, make_project, subprocess_env, tune, vector_a
 from aot_tune.bench.runner import BenchRequest
 from aot_tune.cache import read_cache, read_record
 from aot_tune.build.compile import CompileRequest
-from aot_tune.bench.local.detect import INTERPRETER_DEVICE, LocalDevice
+from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
 from aot_tune.manifest import load_manifest
 from aot_tune.pipeline.plan import Staleness, build_plan
 from aot_tune.triton_compat import cache_entry_folder, install_cache_entry, pack_cache_entry
@@ -35,8 +35,8 @@ MANIFEST = vector_add_manifest("""\
     shapes:
 """ + "".join(f"      - {{n: {n}}}\n" for n in SHAPES) + "    dtypes: [float16]\n")
 
-H100 = LocalDevice("cuda", "h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", 2)
-A100 = LocalDevice("cuda", "a100-sxm", "NVIDIA A100-SXM4-80GB", "8.0", 1)
+H100 = DeviceModel("cuda", "h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", 2)
+A100 = DeviceModel("cuda", "a100-sxm", "NVIDIA A100-SXM4-80GB", "8.0", 1)
 
 
 # -- planning for several GPU models (no cluster needed) -----------------------------------------

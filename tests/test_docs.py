@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aot_tune.manifest import SearchSettings, _Defaults, load_manifest
+from aot_tune.manifest import SearchSettings, Defaults, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference" / "tuning-yaml.md"
@@ -43,8 +43,8 @@ def _commented_search_defaults(block: str) -> dict[str, object]:
 
 def test_the_references_defaults_are_the_parsers() -> None:
     stated = yaml.safe_load(_yaml_block())["defaults"]
-    code = _Defaults()
-    assert set(stated) == {f.name for f in dataclasses.fields(_Defaults)}, "a default is missing from the doc"
+    code = Defaults()
+    assert set(stated) == {f.name for f in dataclasses.fields(Defaults)}, "a default is missing from the doc"
     assert stated["dtypes"] == list(code.dtypes)
     assert stated["targets"] == list(code.targets)
     assert stated["bench"] == dataclasses.asdict(code.bench)
@@ -63,7 +63,7 @@ def test_the_references_example_loads(tmp_path: Path) -> None:
     manifest = load_manifest(path)
     (gemm,) = manifest.kernels
     assert gemm.name == "gemm"
-    assert gemm.bench.rep_ms == 50 and gemm.bench.warmup_ms == _Defaults().bench.warmup_ms  # merged key by key
+    assert gemm.bench.rep_ms == 50 and gemm.bench.warmup_ms == Defaults().bench.warmup_ms  # merged key by key
     assert gemm.search.strategy == "surrogate" and gemm.search.budget_configs == 40
 
 

@@ -9,7 +9,7 @@ from tunerun import REPO, gemm_manifest
 
 from aot_tune.pipeline import plan as plan_module
 from aot_tune.cache import read_cache
-from aot_tune.bench.local.detect import LocalDevice
+from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import load_manifest
 
 
@@ -18,7 +18,7 @@ def h200_plan(monkeypatch):
     records = [r for r in read_cache(REPO / "generated" / "gemm.tuning.pb").records if r.device.key == "h200"]
     if not records:
         pytest.skip("no H200 table checked in")
-    device = LocalDevice("cuda", "h200", records[0].device.name, records[0].device.compute_capability, 1)
+    device = DeviceModel("cuda", "h200", records[0].device.name, records[0].device.compute_capability, 1)
     versions = {"triton": records[0].toolchain.triton, "torch": records[0].toolchain.torch}
     monkeypatch.setattr(plan_module, "versions", lambda: versions)
     return plan_module.build_plan(manifest, device, manifest.kernels)
@@ -64,7 +64,7 @@ def test_a_new_triton_version_rebenches_everything_on_that_device(monkeypatch):
     if not records:
         pytest.skip("no H200 table checked in")
     manifest = load_manifest(REPO / "tuning.yaml")
-    device = LocalDevice("cuda", "h200", records[0].device.name, records[0].device.compute_capability, 1)
+    device = DeviceModel("cuda", "h200", records[0].device.name, records[0].device.compute_capability, 1)
     monkeypatch.setattr(plan_module, "versions", lambda: {"triton": "9.9.9", "torch": records[0].toolchain.torch})
     plan = plan_module.build_plan(manifest, device, manifest.kernels)
     staleness = plan_module.Staleness(plan)
@@ -86,7 +86,7 @@ BUDGETED = gemm_manifest("""\
 def budgeted_plan(tmp_path, search: str):
     from tunerun import make_project
 
-    from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+    from aot_tune.bench.runner import INTERPRETER_DEVICE
 
     project = make_project(tmp_path / search.replace(" ", "").replace(":", "-")[:40], BUDGETED.replace("SEARCH", search))
     manifest = load_manifest(project / "tuning.yaml")

@@ -10,7 +10,7 @@ from tunerun import gemm_manifest, make_project
 
 from aot_tune.build.compile import CompileRequest
 from aot_tune.workers.pools import Executors
-from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+from aot_tune.bench.runner import INTERPRETER_DEVICE
 from aot_tune.manifest import load_manifest
 from aot_tune.pipeline.plan import Staleness, build_plan
 from aot_tune.build.specialize import UNBOUND, read_table

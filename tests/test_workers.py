@@ -18,7 +18,7 @@ from tunerun import doit_command, make_project, subprocess_env, tune, vector_add
 from aot_tune.workers import forking, triton_compat
 from aot_tune.build.compile import CompileRequest
 from aot_tune.workers.pools import Executors, worker_state
-from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+from aot_tune.bench.runner import INTERPRETER_DEVICE
 
 pytest.importorskip("triton")
 needs_forkserver = pytest.mark.skipif(not forking.available(), reason="no forkserver start method here")
@@ -145,7 +145,7 @@ CHECK_WORKERS = """\
         import json
         from pathlib import Path
         from aot_tune.workers.pools import Executors, worker_state
-        from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+        from aot_tune.bench.runner import INTERPRETER_DEVICE
 
         executors = Executors(INTERPRETER_DEVICE, Path("cache"), compile_jobs=1)
         state = executors._pool().submit(worker_state).result()

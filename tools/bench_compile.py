@@ -84,7 +84,7 @@ def by_cost(configs: list[Config]) -> list[Config]:
 
 def fanout(configs: list[Config], target: str, shape: dict, jobs: int) -> tuple[float, list[CompileResult]]:
     from aot_tune.workers.pools import Executors
-    from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+    from aot_tune.bench.runner import INTERPRETER_DEVICE
 
     cache = Path(tempfile.mkdtemp(prefix="aot_tune-fan-cache-"))
     executors = Executors(INTERPRETER_DEVICE, cache, jobs)

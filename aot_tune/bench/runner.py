@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from aot_tune.manifest import BenchSettings
 from aot_tune.bench.nvml import ClockReading
+from aot_tune.runtime.devices import INTERPRETER
 
 #: Outcomes of one config on one shape; everything but "ok" is a typed failure and never chosen.
 MEASUREMENT_STATUSES = ("ok", "wrong_result", "runtime_error", "crashed", "timeout", "invalid")
@@ -64,3 +65,30 @@ class DeviceInfo:
     driver: str = ""
     cuda: str = ""
     l2_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """A GPU model (or the interpreter) a run benchmarks on: the local GPUs of that model, or the
+    workers of that model in a cluster; ``count`` devices of it take bench tasks side by side."""
+
+    backend: str              # "cuda" or "interpreter"
+    key: str                  # table key, e.g. "h100-sxm"
+    name: str
+    compute_capability: str   # "9.0", or "cpu"
+    count: int                # device workers to run
+    notice: str = ""
+
+    @property
+    def arch(self) -> int | None:
+        if self.backend != "cuda":
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major) * 10 + int(minor)
+
+    @property
+    def target(self) -> str | None:
+        return f"sm{self.arch}" if self.arch is not None else None
+
+
+INTERPRETER_DEVICE = DeviceModel(INTERPRETER, INTERPRETER, "Triton interpreter (CPU)", "cpu", 1)

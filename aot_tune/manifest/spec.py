@@ -9,7 +9,7 @@ This module must not import torch or triton: the doit loader imports it on
 every invocation, so it has to load in a few milliseconds.
 
 The schema and its rules are documented once, in docs/reference/tuning-yaml.md
-(its defaults are checked against :class:`_Defaults` and :class:`SearchSettings`
+(its defaults are checked against :class:`Defaults` and :class:`SearchSettings`
 by tests/test_docs.py).
 """
 
@@ -469,7 +469,7 @@ def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
 
 
 @dataclass(frozen=True)
-class _Defaults:
+class Defaults:
     """Values a kernel inherits unless it overrides them."""
 
     dtypes: tuple[str, ...] = ("float16",)
@@ -483,15 +483,15 @@ class _Defaults:
 _SHARED_KEYS = ("dtypes", "targets", "bench", "search", "cache", "generated")
 
 
-def _defaults(ctx: _Ctx, top: _Map) -> _Defaults:
-    base = _Defaults()
+def _defaults(ctx: _Ctx, top: _Map) -> Defaults:
+    base = Defaults()
     if "defaults" not in top:
         return base
     m = _mapping(ctx, top["defaults"], "defaults", top.key_lines["defaults"], allowed=_SHARED_KEYS)
     return _shared(ctx, m, "defaults", base)
 
 
-def _shared(ctx: _Ctx, m: _Map, key: str, base: _Defaults) -> _Defaults:
+def _shared(ctx: _Ctx, m: _Map, key: str, base: Defaults) -> Defaults:
     """Apply the keys a kernel shares with ``defaults`` over ``base``."""
     changes: dict[str, Any] = {}
     for k in _SHARED_KEYS:
@@ -511,7 +511,7 @@ _DTYPES = {
 }  # fmt: skip
 
 
-def _dtypes(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> tuple[str, ...]:
+def _dtypes(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[str, ...]:
     seq = _list(ctx, value, key, line, "float16")
     out = []
     for i, v in enumerate(seq):
@@ -532,7 +532,7 @@ def _dtypes(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> tupl
 _TARGET = re.compile(r"(?:sm_?)?([1-9][0-9]{1,2})")
 
 
-def _targets(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> tuple[str, ...]:
+def _targets(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[str, ...]:
     seq = _list(ctx, value, key, line, "sm90")
     out = []
     for i, v in enumerate(seq):
@@ -547,7 +547,7 @@ def _targets(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> tup
 _BENCH_KEYS = ("warmup_ms", "rep_ms", "l2_flush", "l2_flush_bytes")
 
 
-def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> BenchSettings:
+def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> BenchSettings:
     m = _mapping(ctx, value, key, line, allowed=_BENCH_KEYS)
     changes: dict[str, Any] = {}
     for k in m:
@@ -571,7 +571,7 @@ _SEARCH_KEYS = ("strategy", "budget", "seed", "transfer", "eta", "rungs")
 _BUDGETED = ", ".join(s for s in STRATEGIES if s != "exhaustive")
 
 
-def _search(ctx: _Ctx, value: Any, key: str, line: int, base: _Defaults) -> SearchSettings:
+def _search(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> SearchSettings:
     """A search block over the inherited one; keys the resulting strategy does not take are
     errors when written here, and are not inherited from the defaults."""
     if isinstance(value, str):
@@ -635,7 +635,7 @@ def _search_budget(ctx: _Ctx, value: Any, key: str, line: int) -> dict[str, Any]
             "budget_seconds": _positive_number(ctx, m[k], _join(key, k), m.value_lines[k])}
 
 
-_SHARED_PARSERS: dict[str, Callable[[_Ctx, Any, str, int, _Defaults], Any]] = {
+_SHARED_PARSERS: dict[str, Callable[[_Ctx, Any, str, int, Defaults], Any]] = {
     "dtypes": _dtypes,
     "targets": _targets,
     "bench": _bench,
@@ -691,7 +691,7 @@ def _kernels(ctx: _Ctx, top: _Map, root: Path) -> tuple[KernelSpec, ...]:
     return specs
 
 
-def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: _Defaults) -> KernelSpec:
+def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults) -> KernelSpec:
     key, line = f"kernels.{name}", kernels.key_lines[name]
     _check_kernel_name(ctx, name, key, line)
     m = _mapping(ctx, kernels[name], key, line, allowed=_KERNEL_KEYS, required=_REQUIRED_KERNEL_KEYS)

@@ -20,7 +20,7 @@ from aot_tune.codegen import describe_missing, entries_missing_from_cache
 from aot_tune.build.compile import CompileResult
 from aot_tune.errors import TuneError
 from aot_tune.fingerprint import RECORD_FORMAT, SourceIndex, digest
-from aot_tune.bench.local.detect import LocalDevice
+from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import KernelSpec, Manifest, SearchSettings
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializationTable, read_table
@@ -108,7 +108,7 @@ class KernelPlan:
     _benches_by_launch: dict[Launch, list[BenchUnit]] | None = field(default=None, repr=False)
     _planned_keys: frozenset[tuple[str, str, tuple[int, ...]]] | None = field(default=None, repr=False)
 
-    def bench_targets(self, device: LocalDevice) -> tuple[str, ...]:
+    def bench_targets(self, device: DeviceModel) -> tuple[str, ...]:
         """Targets whose compiles a bench on this device uses (validity, and the warm cache)."""
         return (device.target,) if device.target else self.spec.targets
 
@@ -176,15 +176,15 @@ class KernelPlan:
 @dataclass
 class Plan:
     manifest: Manifest
-    devices: tuple[LocalDevice, ...]  # the device models benchmarked: the local one, or a cluster's
+    devices: tuple[DeviceModel, ...]  # the device models benchmarked: the local one, or a cluster's
     kernels: list[KernelPlan]
 
     @property
-    def device(self) -> LocalDevice:
+    def device(self) -> DeviceModel:
         """The device model of a run on one machine (the first of a cluster's)."""
         return self.devices[0]
 
-    def device_of(self, unit: BenchUnit) -> LocalDevice:
+    def device_of(self, unit: BenchUnit) -> DeviceModel:
         return next(d for d in self.devices if d.key == unit.device)
 
     @cached_property
@@ -252,11 +252,11 @@ def baselines_fingerprint(spec: KernelSpec, vendor_code: str, bench_fp: str, def
                   spec.vendor or "", vendor_code)
 
 
-def build_plan(manifest: Manifest, devices: LocalDevice | Sequence[LocalDevice],
+def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
                kernels: tuple[KernelSpec, ...]) -> Plan:
     """Expand the manifest into units, one bench unit per (shape, dtype) and device model; pure
     apart from reading kernel sources."""
-    devices = (devices,) if isinstance(devices, LocalDevice) else tuple(devices)
+    devices = (devices,) if isinstance(devices, DeviceModel) else tuple(devices)
     if len({d.key for d in devices}) != len(devices):
         raise ValueError(f"device models must be distinct: {[d.key for d in devices]}")
     plan = Plan(manifest, devices, [])

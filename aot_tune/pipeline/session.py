@@ -26,7 +26,7 @@ from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
 from aot_tune.workers.pools import Executors
 from aot_tune.fileio import write_atomic
-from aot_tune.bench.local.detect import LocalDevice
+from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import BenchSettings
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
 from aot_tune.pipeline.progress import Progress
@@ -184,7 +184,7 @@ class TuneSession:
         self.progress["bench"].advance(note)
 
     def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None,
-                     device: LocalDevice):
+                     device: DeviceModel):
         """Every planned config the previous record lacks, as one pipelined batch; the rest is
         kept from the previous record."""
         to_measure = self.staleness.configs_to_measure(kp, unit)
@@ -200,7 +200,7 @@ class TuneSession:
             entries[m.config_id] = _measurement_proto(m, planned[m.config_id], seconds[m.config_id])
         return entries, fresh + measured
 
-    def _search(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None, device: LocalDevice):
+    def _search(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None, device: DeviceModel):
         """Run the unit's budgeted search. The configs it chooses together (the surrogate's
         batches) are measured as one pipelined batch, like the exhaustive path's. A probe the
         previous record under this fingerprint already answers (same config, same timing length)
@@ -255,7 +255,7 @@ class TuneSession:
         return records
 
     def _request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
-                 device: LocalDevice) -> BenchRequest:
+                 device: DeviceModel) -> BenchRequest:
         spec = kp.spec
         return BenchRequest(
             kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
@@ -291,7 +291,7 @@ class TuneSession:
                 invalid[config.id] = f"{first.status}: {first.message}".strip(": ")
         return invalid
 
-    def _kernel_hashes(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: LocalDevice) -> tuple[str, ...]:
+    def _kernel_hashes(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: DeviceModel) -> tuple[str, ...]:
         """The Triton cache entries a GPU launch of this config uses (a remote worker gets them shipped)."""
         if device.target is None:
             return ()
@@ -451,7 +451,7 @@ def _measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.
     return entry
 
 
-def _measure_batch(lease, requests: list[BenchRequest], device: LocalDevice
+def _measure_batch(lease, requests: list[BenchRequest], device: DeviceModel
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
     """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
     each one's share of the batch's wall seconds."""

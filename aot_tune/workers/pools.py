@@ -23,7 +23,7 @@ from aot_tune.workers import forking
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
 from aot_tune.errors import TuneError
-from aot_tune.bench.local.detect import LocalDevice
+from aot_tune.bench.runner import DeviceModel
 from aot_tune.build.specialize import SpecializeRequest, SpecializeResult, capture
 
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
@@ -70,7 +70,7 @@ def worker_state(hold_s: float = 0.0) -> dict:
 
 
 class Executors:
-    def __init__(self, device: LocalDevice, triton_cache_dir: Path, compile_jobs: int,
+    def __init__(self, device: DeviceModel, triton_cache_dir: Path, compile_jobs: int,
                  compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, cluster=None) -> None:
         """``cluster``: an ``aot_tune.bench.dask.ClusterDevices`` to bench on instead of local devices."""
         self.device = device

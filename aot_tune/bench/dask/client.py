@@ -31,7 +31,7 @@ from typing import Iterable
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
 from aot_tune.runtime.devices import INTERPRETER
 from aot_tune.errors import BenchUnavailable, TuneError
-from aot_tune.bench.local.detect import INTERPRETER_DEVICE, LocalDevice
+from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
 from aot_tune.triton_compat import pack_cache_entry
 from aot_tune.bench.dask import declared_kinds, resource_name
 from aot_tune.bench.dask.remote import BatchResult, RemoteBatch, WorkerDescription, describe, run_batch, warm
@@ -74,7 +74,7 @@ class ClusterDevices:
         except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
             raise TuneError(f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}: {exc}); fix: start "
                             f"it (`dask scheduler`) or pass its address with --scheduler") from None
-        self.devices: tuple[LocalDevice, ...] = ()
+        self.devices: tuple[DeviceModel, ...] = ()
         self._sources: SourceBundle | None = None
         self._triton_cache_dir = ""
         self._packed: dict[str, dict[str, bytes] | None] = {}
@@ -85,7 +85,7 @@ class ClusterDevices:
         self._started = False
 
     # -- planning --------------------------------------------------------------------------
-    def discover(self, toolchain: dict[str, str], backend: str = "auto") -> tuple[LocalDevice, ...]:
+    def discover(self, toolchain: dict[str, str], backend: str = "auto") -> tuple[DeviceModel, ...]:
         """The device models of the cluster's bench workers (waiting up to ``worker_wait_s`` for
         the first), checked to match this machine's triton and torch and their declared model."""
         workers = self._bench_workers()
@@ -104,10 +104,10 @@ class ClusterDevices:
         devices = []
         for kind, members in sorted(by_kind.items()):
             if kind == INTERPRETER:
-                device = LocalDevice(**{**INTERPRETER_DEVICE.__dict__, "count": len(members)})
+                device = DeviceModel(**{**INTERPRETER_DEVICE.__dict__, "count": len(members)})
             else:
                 name, capability = members[0].gpus[0]
-                device = LocalDevice("cuda", kind, name, capability, len(members))
+                device = DeviceModel("cuda", kind, name, capability, len(members))
             if backend == "auto" or backend == device.backend:
                 devices.append(device)
         if not devices:
@@ -179,7 +179,7 @@ class ClusterDevices:
         except Exception:  # warming is an optimization; the batch reports a real failure
             pass
 
-    def lease(self, device: LocalDevice) -> "ClusterLease":
+    def lease(self, device: DeviceModel) -> "ClusterLease":
         return ClusterLease(self, device)
 
     def close(self) -> None:
@@ -268,7 +268,7 @@ class ClusterDevices:
 class ClusterLease:
     """A bench task's hold on one device model of the cluster; each ``measure_all`` is one Dask task."""
 
-    def __init__(self, cluster: ClusterDevices, device: LocalDevice) -> None:
+    def __init__(self, cluster: ClusterDevices, device: DeviceModel) -> None:
         self._cluster = cluster
         self._device = device
         self.cache_hits = 0

@@ -1,9 +1,9 @@
-"""Which backend and device this run tunes for, found without importing torch (it is slow).
+"""Which local backend and GPU model this run tunes for, found without importing torch (it is slow).
 
 ``cuda`` when ``nvidia-smi`` lists a GPU, else ``interpreter`` (the CPU runs each config under
 ``TRITON_INTERPRET=1``). With several GPU models on one host, the first visible model is tuned
 and its GPUs are used; the others are named in a notice. A run on a cluster
-(``aot_tune.bench.dask``) tunes one ``LocalDevice`` per GPU model its workers have.
+(``aot_tune.bench.dask``) tunes one ``DeviceModel`` per GPU model its workers have.
 """
 from __future__ import annotations
 
@@ -12,39 +12,14 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from aot_tune.runtime.devices import INTERPRETER, device_key
+from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
+from aot_tune.runtime.devices import device_key
 from aot_tune.errors import TuneError
 
 BACKENDS = ("auto", "cuda", "interpreter")
 
 
-@dataclass(frozen=True)
-class LocalDevice:
-    """A device model a run benchmarks on: the local GPUs, the interpreter, or one model of a cluster."""
-
-    backend: str              # "cuda" or "interpreter"
-    key: str                  # table key, e.g. "h100-sxm"
-    name: str
-    compute_capability: str   # "9.0", or "cpu"
-    count: int                # device workers to run
-    notice: str = ""
-
-    @property
-    def arch(self) -> int | None:
-        if self.backend != "cuda":
-            return None
-        major, minor = self.compute_capability.split(".")
-        return int(major) * 10 + int(minor)
-
-    @property
-    def target(self) -> str | None:
-        return f"sm{self.arch}" if self.arch is not None else None
-
-
-INTERPRETER_DEVICE = LocalDevice(INTERPRETER, INTERPRETER, "Triton interpreter (CPU)", "cpu", 1)
-
-
-def detect(requested: str = "auto") -> LocalDevice:
+def detect(requested: str = "auto") -> DeviceModel:
     if requested not in BACKENDS:
         raise TuneError(f"unknown bench backend '{requested}'; fix: use --bench-backend with one of {', '.join(BACKENDS)}")
     if requested == "interpreter":
@@ -54,13 +29,13 @@ def detect(requested: str = "auto") -> LocalDevice:
         if requested == "cuda":
             raise TuneError("--bench-backend cuda: no CUDA GPU is visible (nvidia-smi lists none); "
                             "fix: run on a GPU machine or use --bench-backend interpreter")
-        return LocalDevice(**{**INTERPRETER_DEVICE.__dict__,
+        return DeviceModel(**{**INTERPRETER_DEVICE.__dict__,
                               "notice": "no CUDA GPU visible: tuning under the Triton interpreter on the CPU"})
     name, capability = gpus[0]
     same = [g for g in gpus if g[0] == name]
     others = sorted({g[0] for g in gpus if g[0] != name})
     notice = f"also visible but not used in this run: {', '.join(others)}" if others else ""
-    return LocalDevice("cuda", device_key(name), name, capability, len(same), notice)
+    return DeviceModel("cuda", device_key(name), name, capability, len(same), notice)
 
 
 @dataclass(frozen=True)

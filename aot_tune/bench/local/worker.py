@@ -103,7 +103,7 @@ def _open_device(backend: str, device_index: int):
     import torch
 
     from aot_tune.runtime.devices import device_key
-    from aot_tune.bench.local.detect import INTERPRETER_DEVICE
+    from aot_tune.bench.runner import INTERPRETER_DEVICE
     from aot_tune.bench.engine.measure import warm_up_graphs
     from aot_tune.bench.nvml import GpuClocks
 
