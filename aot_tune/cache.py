@@ -19,14 +19,13 @@ import os
 import re
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from google.protobuf import text_format
 
 from aot_tune.cost import DTYPE_BYTES
 from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
-from aot_tune.select import median_interval
 from aot_tune.tuning_schema import Measurement, TuningCache, TuningRecord
 
 if TYPE_CHECKING:
@@ -255,6 +254,21 @@ def read_record(path: str | os.PathLike) -> TuningRecord:
     except Exception as exc:  # a torn or foreign file
         raise TuneError(f"{path}: not a tuning record ({type(exc).__name__})") from exc
     return record
+
+
+def median_interval(times: Sequence[float]) -> tuple[float, float]:
+    """Distribution-free 95% confidence interval of the median: the order statistics at ranks
+    n/2 -/+ 0.98 sqrt(n). Fewer than 6 samples cannot bound it: the full range is returned."""
+    ordered = sorted(times)
+    n = len(ordered)
+    if n == 0:
+        return 0.0, 0.0
+    if n < 6:
+        return ordered[0], ordered[-1]
+    half = 0.98 * math.sqrt(n)
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half))
+    return ordered[low], ordered[high]
 
 
 def set_samples(entry: Measurement, times_ms: list[float]) -> None:

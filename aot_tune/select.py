@@ -15,28 +15,12 @@ any config was timed in full picks among its longest short ones.
 """
 from __future__ import annotations
 
-import math
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from aot_tune.tuning_schema import Measurement
 
 #: Relative widening of each interval; keeps a pick at most about this much slower than the fastest.
 TIE_FLOOR = 0.005
-
-
-def median_interval(times: Sequence[float]) -> tuple[float, float]:
-    """Distribution-free 95% confidence interval of the median: the order statistics at ranks
-    n/2 -/+ 0.98 sqrt(n). Fewer than 6 samples cannot bound it: the full range is returned."""
-    ordered = sorted(times)
-    n = len(ordered)
-    if n == 0:
-        return 0.0, 0.0
-    if n < 6:
-        return ordered[0], ordered[-1]
-    half = 0.98 * math.sqrt(n)
-    low = max(0, math.floor(n / 2 - half))
-    high = min(n - 1, math.ceil(n / 2 + half))
-    return ordered[low], ordered[high]
 
 
 def _interval(m: Measurement) -> tuple[float, float]:

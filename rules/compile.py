@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from aot_tune.build.compile import cost_estimate, longest_first
-from aot_tune.pipeline.plan import recorded_compile_seconds
+from aot_tune.build.compile import recorded_compile_seconds
 
 
 def tasks(session) -> Iterator[dict]:
@@ -13,7 +13,7 @@ def tasks(session) -> Iterator[dict]:
     stale = {u.name for kp, u in units if staleness.compile_needed(kp, u)}
     units = longest_first(  # doit dispatches in this order; only the stale units' order matters
         units, lambda item: cost_estimate(item[1].config.as_dict(), item[0].spec.compile_cost),
-        lambda item: recorded_compile_seconds(item[1]) if item[1].name in stale else None)
+        lambda item: recorded_compile_seconds(item[1].output) if item[1].name in stale else None)
     session.start_stage("compile", len(stale))
     yield {"basename": "compile", "name": None,
            "doc": "AOT-compile every candidate config per specialization and GPU target (all CPU cores)"}

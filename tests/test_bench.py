@@ -14,7 +14,8 @@ from tunerun import planted
 from aot_tune.bench.engine.measure import MAX_INPUT_SETS, plan_rotation
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.bench.runner import BenchRequest
-from aot_tune.select import TIE_FLOOR, choose, median_interval, tied_with_fastest
+from aot_tune.cache import median_interval
+from aot_tune.select import TIE_FLOOR, choose, tied_with_fastest
 from aot_tune.tuning_schema import Measurement
 
 

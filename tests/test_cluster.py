@@ -20,7 +20,8 @@ from aot_tune.cache import read_cache, read_record
 from aot_tune.build.compile import CompileRequest
 from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
 from aot_tune.manifest import load_manifest
-from aot_tune.pipeline.plan import Staleness, build_plan
+from aot_tune.pipeline.plan import build_plan
+from aot_tune.pipeline.staleness import Staleness
 from aot_tune.triton_compat import cache_entry_folder, install_cache_entry, pack_cache_entry
 
 pytest.importorskip("distributed")

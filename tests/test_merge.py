@@ -12,7 +12,7 @@ from aot_tune.errors import TuneError
 from aot_tune.fingerprint import SourceIndex
 from aot_tune.manifest import load_manifest
 from aot_tune.tables.exchange import cache_files, merge_into_project
-from aot_tune.pipeline.plan import MeasuredOn, bench_fingerprint, measured_code
+from aot_tune.fingerprint import MeasuredOn, bench_fingerprint, measured_code
 from aot_tune.tuning_schema import TuningRecord
 
 MANIFEST = """\

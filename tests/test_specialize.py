@@ -12,7 +12,8 @@ from aot_tune.build.compile import CompileRequest
 from aot_tune.workers.pools import Executors
 from aot_tune.bench.runner import INTERPRETER_DEVICE
 from aot_tune.manifest import load_manifest
-from aot_tune.pipeline.plan import Staleness, build_plan
+from aot_tune.pipeline.plan import build_plan
+from aot_tune.pipeline.staleness import Staleness
 from aot_tune.build.specialize import UNBOUND, read_table
 from aot_tune.pipeline.session import TuneSession
 

@@ -19,12 +19,13 @@ from tunerun import REPO, doit, executed, make_project, tune, vector_add_manifes
 
 from aot_tune import cache as cache_io
 from aot_tune import codegen, fingerprint
-from aot_tune.tables.check import check, record_problem
+from aot_tune.tables.check import check
+from aot_tune.pipeline.staleness import record_problem
 from aot_tune.errors import ManifestError, TuneError
 from aot_tune.fingerprint import SourceIndex
 from aot_tune.manifest import load_manifest
 from aot_tune.tables.exchange import drop_devices, merge_into_project
-from aot_tune.pipeline.plan import MeasuredOn, bench_fingerprint, measured_dependencies
+from aot_tune.fingerprint import MeasuredOn, bench_fingerprint, measured_dependencies
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
 PAYLOAD = "\nimport os; os.environ['AOT_TUNE_INJECTED'] = '1'\n#"

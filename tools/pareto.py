@@ -106,7 +106,7 @@ def make_project(where: Path, manifest: str) -> Path:
     # Registers the commands even where aot_tune is on PYTHONPATH but not installed.
     (where / "pyproject.toml").write_text(
         '[tool.doit]\nbackend = "sqlite3"\ndep_file = ".aot_tune/doit.sqlite3"\n\n'
-        '[tool.doit.plugins.command]\ntune = "aot_tune.commands.plugin:TuneCommand"\n')
+        '[tool.doit.plugins.command]\ntune = "aot_tune.commands.tune:TuneCommand"\n')
     return where
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal, TypeVar, get_args
 
 from aot_tune import triton_compat
 from aot_tune.build.loading import load_kernel_module_attrs
@@ -20,11 +22,10 @@ from aot_tune.space import Constraint
 
 T = TypeVar("T")
 
-#: Failure reasons a compile can record; the bench stage never measures such a config.
-INVALID_REASONS = (
-    "shared_memory", "ptxas_error", "compile_assertion", "compile_error", "out_of_resources",
-    "launch_error", "crashed", "timeout",
-)
+#: What a compile can end in: ok, or a typed failure the bench stage never measures.
+CompileStatus = Literal["ok", "shared_memory", "ptxas_error", "compile_assertion", "compile_error",
+                        "out_of_resources", "launch_error", "crashed", "timeout"]
+INVALID_REASONS = get_args(CompileStatus)[1:]
 
 
 def cost_estimate(params: dict, declared: Constraint | None = None) -> tuple[float, float]:
@@ -77,7 +78,7 @@ class CompileResult:
     kernel: str
     config_id: str
     target: str
-    status: str = "ok"  # "ok" or one of INVALID_REASONS
+    status: CompileStatus = "ok"
     message: str = ""
     seconds: float = 0.0
     shared_bytes: int = 0
@@ -94,6 +95,59 @@ class CompileResult:
     @property
     def valid(self) -> bool:
         return self.status == "ok"
+
+
+@dataclass
+class CompileRecord:
+    """A compile task's durable output (``.aot_tune/compile/<kernel>/<target>/<spec>/<config>.json``):
+    its result, under the fingerprint it was made for, with the launches it serves. The one
+    writer and reader of that file (the plan, the compile queue and the report read it)."""
+
+    fingerprint: str
+    config: dict
+    specialization: str
+    launches: list[str]
+    result: CompileResult
+
+    def to_json(self) -> str:
+        payload = {"fingerprint": self.fingerprint, "config": self.config, **asdict(self.result),
+                   "specialization": self.specialization, "launches": self.launches}
+        return json.dumps(payload, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CompileRecord | None":
+        """The record, or None for a file that is not one (torn, foreign, another version)."""
+        try:
+            data = json.loads(text)
+            fields = CompileResult.__dataclass_fields__
+            result = CompileResult(**{k: v for k, v in data.items() if k in fields})
+            return cls(str(data["fingerprint"]), dict(data.get("config") or {}), str(data.get("specialization", "")),
+                       list(data.get("launches") or []), result)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    @classmethod
+    def read(cls, path: Path) -> "CompileRecord | None":
+        try:
+            return cls.from_json(path.read_text())
+        except OSError:
+            return None
+
+
+def read_compile_result(output: Path, fingerprint: str) -> CompileResult | None:
+    """The compile result at ``output`` if it was written under ``fingerprint``."""
+    record = CompileRecord.read(output)
+    return record.result if record is not None and record.fingerprint == fingerprint else None
+
+
+def recorded_compile_seconds(output: Path) -> float | None:
+    """How long the compile at ``output`` took last, under any fingerprint (an edited kernel or a new
+    toolchain changes a compile's time far less than its config does); None if never compiled."""
+    record = CompileRecord.read(output)
+    if record is None:
+        return None
+    seconds = record.result.seconds
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else None
 
 
 def compile_config(request: CompileRequest, config_id: str) -> CompileResult:

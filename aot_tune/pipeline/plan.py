@@ -8,24 +8,19 @@ everything although its caches already hold the answers.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Collection, Sequence
 
-from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
-from aot_tune.codegen import describe_missing, entries_missing_from_cache
-from aot_tune.build.compile import CompileResult
-from aot_tune.errors import TuneError
-from aot_tune.fingerprint import RECORD_FORMAT, SourceIndex, digest
+from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, SourceIndex, Toolchain, baselines_fingerprint, bench_fingerprint, digest,
+                                  measured_dependencies)
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import KernelSpec, Manifest, SearchSettings
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializationTable, read_table
-from aot_tune.triton_compat import PINNED_ENV, versions
-from aot_tune.tuning_schema import TuningCache, TuningRecord
+from aot_tune.tuning_schema import TuningRecord
 
 WORK_DIR = ".aot_tune"
 
@@ -141,7 +136,7 @@ class KernelPlan:
         """Every planned (shape, dtype) with its configs, once however many device models bench it."""
         return {(u.shape, u.dtype): u.probes for u in self.bench_units}
 
-    def plan_compiles(self, toolchain: dict[str, str], work: Path) -> None:
+    def plan_compiles(self, toolchain: Toolchain, work: Path) -> None:
         """One compile unit per (config, specialization, target) the table knows, deduplicated
         across the launches that share it; launches it does not know are listed as unspecialized."""
         table = self.specializations
@@ -165,7 +160,8 @@ class KernelPlan:
         built: dict[tuple[str, str, Config], CompileUnit] = {}
         for (target, spec_id, config), launches in sorted(units.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
             # The launches are not in the fingerprint: any of them leaves the same Triton cache entry.
-            fp = digest("compile", RECORD_FORMAT, self.compile_code, config.params, target, spec_id, toolchain)
+            fp = digest("compile", RECORD_FORMAT, self.compile_code, config.params, target, spec_id,
+                        toolchain.as_dict())
             out = work / "compile" / self.spec.name / target / spec_id / f"{config.id}.json"
             built[(target, spec_id, config)] = CompileUnit(self.spec.name, config, target, spec_id,
                                                            tuple(launches), fp, out)
@@ -200,56 +196,8 @@ class Plan:
         return self.work_dir / "triton-cache"
 
     @cached_property
-    def toolchain(self) -> dict[str, str]:
-        return {**versions(), **PINNED_ENV}
-
-
-@dataclass(frozen=True)
-class MeasuredOn:
-    """The device and toolchain a measurement's fingerprint names (a record stores them too)."""
-
-    key: str
-    name: str
-    compute_capability: str
-    backend: str
-    triton: str
-    torch: str
-
-
-def measured_code(sources: SourceIndex, spec: KernelSpec) -> str:
-    """Hash of the source that decides a measurement: the kernel and its launch function, and the
-    input builder and reference that decide what is measured and what counts as correct."""
-    return measured_dependencies(sources, spec)[0]
-
-
-def measured_dependencies(sources: SourceIndex, spec: KernelSpec) -> tuple[str, dict[str, str]]:
-    """``measured_code`` and the pieces it covers, each with its digest (kept in every record)."""
-    return sources.closure_parts([spec.kernel, spec.launch, spec.inputs, spec.reference])
-
-
-def bench_fingerprint(spec: KernelSpec, code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
-    """Everything that decides each config's measurement for one (kernel, shape, dtype) on one
-    device, and for a budgeted search its strategy and settings (exhaustive adds nothing, so its
-    fingerprints are those of records made before strategies existed). The config space is not
-    part of it: a record lists the configs it measured (by stable id), so adding a config
-    measures only that config and removing one only re-picks; a budgeted record names the
-    candidates it searched, and a change of them reruns its search (aot_tune.search.strategies.covers)."""
-    toolchain = {"triton": on.triton, "torch": on.torch, **PINNED_ENV}
-    strategy = () if spec.search.exhaustive else (spec.search.canonical(),)
-    return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
-                  asdict(spec.bench), toolchain, on.key, on.name, on.compute_capability, on.backend,
-                  spec.reference, spec.inputs, *strategy)
-
-
-def baselines_fingerprint(spec: KernelSpec, vendor_code: str, bench_fp: str, default_config: Config | None) -> str:
-    """What decides the baselines of one bench unit: everything its configs' fingerprint covers
-    (the default config runs the kernel), the resolved default config, and the vendor function's
-    source. Kept apart from the bench fingerprint, so declaring or changing a baseline measures
-    the baselines alone, and records made before baselines existed keep their measurements."""
-    if default_config is None and not spec.vendor:
-        return ""
-    return digest("baselines", RECORD_FORMAT, bench_fp, default_config.params if default_config else None,
-                  spec.vendor or "", vendor_code)
+    def toolchain(self) -> Toolchain:
+        return Toolchain.installed()
 
 
 def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
@@ -273,7 +221,7 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
             if device.target and device.target not in kp.targets:
                 kp.targets = (*kp.targets, device.target)  # the bench launches need the device's arch compiled
             measured_on = MeasuredOn(device.key, device.name, device.compute_capability, device.backend,
-                                     plan.toolchain["triton"], plan.toolchain["torch"])
+                                     plan.toolchain.triton, plan.toolchain.torch)
             shapes = spec.shapes_for(device.backend)
             seeds = search.transfer_plan(shapes) if spec.search.strategy in ("successive_halving", "surrogate") \
                 and spec.search.transfer else {}
@@ -291,168 +239,7 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
                         search=spec.search, sources=seeds.get(shape, ())))
         kp.specializations_path = work / "specialize" / f"{spec.name}.json"
         kp.specializations = read_table(kp.specializations_path,
-                                        digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain))
+                                        digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain.as_dict()))
         kp.plan_compiles(plan.toolchain, work)
         plan.kernels.append(kp)
     return plan
-
-
-class Staleness:
-    """Answers 'does this unit need to run' from durable outputs; parses each file once per change."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self._caches: dict[Path, tuple[tuple[int, int], TuningCache, dict[str, TuningRecord]]] = {}
-        self._outputs: dict[Path, tuple[tuple[int, int], TuningRecord | None]] = {}
-        self._to_measure: dict[Path, tuple[TuningRecord | None, list[Config], frozenset[Config]]] = {}
-
-    def cache(self, kp: KernelPlan) -> TuningCache:
-        """The kernel's merged cache, re-read only when the file changed (it is read on every check)."""
-        return self._cache_entry(kp)[1]
-
-    def _cache_entry(self, kp: KernelPlan):
-        version = _file_version(kp.cache_path)
-        memo = self._caches.get(kp.cache_path)
-        if memo is None or memo[0] != version:
-            cache = cache_io.read_cache(kp.cache_path)
-            cache_io.check_records(cache.records, kp.cache_path, kp.spec)
-            memo = self._caches[kp.cache_path] = (version, cache, {r.fingerprint: r for r in cache.records})
-        return memo
-
-    def previous_record(self, kp: KernelPlan, unit: BenchUnit) -> TuningRecord | None:
-        """The latest record measured under this unit's fingerprint: its own output (with raw
-        samples), else the merged cache's."""
-        version = _file_version(unit.output)
-        memo = self._outputs.get(unit.output)
-        if memo is None or memo[0] != version:
-            memo = self._outputs[unit.output] = (version, _read_record(unit.output) if version != (0, 0) else None)
-        if memo[1] is not None and memo[1].fingerprint == unit.fingerprint:
-            return memo[1]
-        return self._cache_entry(kp)[2].get(unit.fingerprint)
-
-    def configs_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> list[Config]:
-        """Planned configs the previous record has not measured (memoized: asked once per compile);
-        for a budgeted search that is not done, the configs it may reach and has not measured."""
-        return self._to_measure_memo(kp, unit)[1]
-
-    def measures(self, kp: KernelPlan, unit: BenchUnit, config: Config) -> bool:
-        """Whether this bench still has to measure ``config`` (a set lookup: asked per compile unit)."""
-        return config in self._to_measure_memo(kp, unit)[2]
-
-    def _to_measure_memo(self, kp: KernelPlan, unit: BenchUnit):
-        record = self.previous_record(kp, unit)
-        memo = self._to_measure.get(unit.output)
-        if memo is None or memo[0] is not record:
-            measured = _measured_ids(record)
-            if unit.search.exhaustive or not _covers(record, unit):
-                todo = [c for c in unit.probes if c.id not in measured]
-            else:
-                todo = []
-            memo = self._to_measure[unit.output] = (record, todo, frozenset(todo))
-        return memo
-
-    def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
-        """Done when a record under this fingerprint covers exactly the planned configs (for a
-        budgeted search: its search under this strategy and budget, the fingerprint, chose among
-        exactly the planned candidates) and holds the planned baselines."""
-        record = self.previous_record(kp, unit)
-        if record is None or not _has_baselines(record, unit):
-            return False
-        if not unit.search.exhaustive:
-            return _covers(record, unit)
-        return not self.configs_to_measure(kp, unit) and len(_measured_ids(record)) == len(unit.configs)
-
-    def baselines_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> bool:
-        """Whether this bench must (re-)measure its baselines: planned, and not in the record yet."""
-        return bool(unit.baselines_fingerprint) and not _has_baselines(self.previous_record(kp, unit), unit)
-
-    def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
-        """A compile runs only when it has no result yet and a bench of one of its launches still
-        has to measure its config."""
-        if read_compile_result(unit) is not None:
-            return False
-        return any(self.measures(kp, b, unit.config) for launch in unit.launches for b in kp.benches_for(launch))
-
-    def launches_to_specialize(self, kp: KernelPlan) -> list[tuple[str, tuple[int, ...], str, Config]]:
-        """Unspecialized launches whose config a bench still has to measure: nothing else needs a compile."""
-        needed = []
-        for target, shape, dtype, config in kp.unspecialized:
-            if any(self.measures(kp, bench, config) for bench in kp.benches_for((shape, dtype))):
-                needed.append((target, shape, dtype, config))
-        return needed
-
-    def merge_needed(self, kp: KernelPlan) -> bool:
-        """Some planned result is not in the cache as planned, or it holds a local record no longer planned."""
-        _, cache, by_fingerprint = self._cache_entry(kp)
-        devices = self.plan.device_keys
-        return any(kp.unplanned_local(r, devices) for r in cache.records) or \
-            any(not _covers(by_fingerprint.get(u.fingerprint), u) for u in kp.bench_units)
-
-
-def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
-    if record is None or not _has_baselines(record, unit):
-        return False
-    if not unit.search.exhaustive:
-        return search.covers(record, unit.configs)
-    return _measured_ids(record) == {c.id for c in unit.configs}
-
-
-def _has_baselines(record: TuningRecord | None, unit: BenchUnit) -> bool:
-    return record is not None and record.baselines_fingerprint == unit.baselines_fingerprint
-
-
-def _measured_ids(record: TuningRecord | None) -> frozenset[str]:
-    return frozenset(m.config.id for m in record.measurements) if record is not None else frozenset()
-
-
-def _file_version(path: Path) -> tuple[int, int]:
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return (0, 0)
-    return (stat.st_mtime_ns, stat.st_size)
-
-
-def read_compile_result(unit: CompileUnit) -> CompileResult | None:
-    """The unit's compile result if its output was written under the current fingerprint."""
-    try:
-        data = json.loads(unit.output.read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("fingerprint") != unit.fingerprint:
-        return None
-    fields = CompileResult.__dataclass_fields__
-    return CompileResult(**{k: v for k, v in data.items() if k in fields})
-
-
-def recorded_compile_seconds(unit: CompileUnit) -> float | None:
-    """How long this unit's last compile took, under any fingerprint (an edited kernel or a new
-    toolchain changes a compile's time far less than its config does); None if never compiled."""
-    try:
-        seconds = json.loads(unit.output.read_text()).get("seconds")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else None
-
-
-def _read_record(path: Path) -> TuningRecord | None:
-    try:
-        return cache_io.read_record(path)
-    except Exception:  # a torn, foreign or forged file is simply not a finished result
-        return None
-
-
-def guard_tables(plan: Plan, staleness: "Staleness") -> None:
-    """Refuse to run when a generated module holds entries its cache lacks: rendering it again
-    would drop those tables without anyone asking (a deleted, emptied or truncated cache)."""
-    for kp in plan.kernels:
-        missing = entries_missing_from_cache(kp.generated_path, staleness.cache(kp), kp.spec.name)
-        if missing:
-            raise TuneError(lost_tables_message(plan.manifest, kp.spec, missing))
-
-
-def lost_tables_message(manifest: Manifest, spec: KernelSpec, missing: dict[str, int]) -> str:
-    devices = " ".join(missing)
-    return (f"{spec.generated} holds tuned entries that {spec.cache} lacks ({describe_missing(missing)}); "
-            f"a run would drop them; fix: restore the cache from git (git checkout -- {spec.cache}), or drop "
-            f"those tables on purpose with `doit drop-device --kernel {spec.name} {devices}` and retune")

@@ -9,6 +9,7 @@ appends that here, under ``.aot_tune/`` (local to the tree, like the other task 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from aot_tune.fileio import write_atomic
@@ -18,25 +19,55 @@ RUNS_FILE = "runs.json"
 RUNS_KEPT = 50
 
 
-def append_run(work_dir: Path, run: dict) -> None:
-    runs = read_runs(work_dir)
-    write_atomic(work_dir / RUNS_FILE, json.dumps((runs + [run])[-RUNS_KEPT:], indent=1, sort_keys=True))
+@dataclass
+class RunRecord:
+    """One ``doit tune`` that ran a stage: its wall time, each stage's span (seconds from its start),
+    worker seconds, and outcomes by kind."""
+
+    started_at: str
+    wall_s: float
+    ok: bool
+    device: str
+    backend: str
+    kernels: list[str]
+    stages: dict[str, list[float]] = field(default_factory=dict)  # stage -> [start, end]
+    worker_seconds: dict[str, float] = field(default_factory=dict)
+    compile: dict[str, int] = field(default_factory=dict)
+    bench: dict[str, int] = field(default_factory=dict)
+    baselines: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunRecord | None":
+        """A logged run, or None for an entry that is not one (torn, foreign, another version)."""
+        try:
+            known = {f.name for f in fields(cls)}
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError:
+            return None
 
 
-def read_runs(work_dir: Path) -> list[dict]:
+def append_run(work_dir: Path, run: RunRecord) -> None:
+    runs = [asdict(r) for r in read_runs(work_dir)] + [asdict(run)]
+    write_atomic(work_dir / RUNS_FILE, json.dumps(runs[-RUNS_KEPT:], indent=1, sort_keys=True))
+
+
+def read_runs(work_dir: Path) -> list[RunRecord]:
     """The logged runs, oldest first; none if the log is missing or unreadable."""
     try:
         runs = json.loads((work_dir / RUNS_FILE).read_text())
     except (OSError, ValueError):
         return []
-    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    if not isinstance(runs, list):
+        return []
+    found = (RunRecord.from_dict(r) for r in runs if isinstance(r, dict))
+    return [r for r in found if r is not None]
 
 
-def time_split(run: dict) -> dict[str, float]:
+def time_split(run: RunRecord) -> dict[str, float]:
     """The run's wall time in disjoint parts, in stage order: a stage's time excludes what a later
     stage overlaps (compiles still running while the first benches go count as bench), and
     ``other`` is what no stage covers (start-up, planning, merge, generate)."""
-    stages = run.get("stages", {})
+    stages = run.stages
     split: dict[str, float] = {}
     later: list[tuple[float, float]] = []
     for stage in reversed([s for s in STAGE_ORDER if s in stages]):
@@ -44,7 +75,7 @@ def time_split(run: dict) -> dict[str, float]:
         split[stage] = max(0.0, end - start) - _overlap((start, end), later)
         later.append((start, end))
     ordered = {stage: round(split[stage], 3) for stage in STAGE_ORDER if stage in split}
-    ordered["other"] = round(max(0.0, run.get("wall_s", 0.0) - sum(ordered.values())), 3)
+    ordered["other"] = round(max(0.0, run.wall_s - sum(ordered.values())), 3)
     return ordered
 
 

@@ -6,21 +6,17 @@ files, not doit's database, are the record of what is done.
 """
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-
-from doit.exceptions import TaskFailed
 
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
-from aot_tune.bench.nvml import ClockReading
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.codegen import render_module, write_module
 from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
@@ -28,14 +24,26 @@ from aot_tune.workers.pools import Executors
 from aot_tune.fileio import write_atomic
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import BenchSettings
-from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan, Staleness, read_compile_result, shape_label
+from aot_tune.build.compile import CompileRecord, read_compile_result
+from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
+from aot_tune.pipeline.recording import (assemble_record, baselines_to_proto, measurement_proto,
+                                         no_config_passed, search_proto)
+from aot_tune.pipeline.runlog import RunRecord
+from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.progress import Progress
-from aot_tune.select import choose
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
-from aot_tune.tuning_schema import Measurement, Search, TuningRecord
+from aot_tune.tuning_schema import Measurement, TuningRecord
 
 BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
+
+
+@dataclass(frozen=True)
+class StageFailure:
+    """A stage task that failed for a reason the user can act on (one line); the run's other
+    tasks go on, and the tables stay as they were. The doit loader turns it into a failed task."""
+
+    message: str
 #: The config a vendor baseline is recorded under (it has no params).
 VENDOR_CONFIG_ID = "vendor"
 
@@ -127,14 +135,13 @@ class TuneSession:
         self.seconds["compile"] += time.perf_counter() - start
         self._span("compile", began, time.time())
         self.compile_status[result.status] += 1
-        payload = {"fingerprint": unit.fingerprint, "config": unit.config.as_dict(), **asdict(result),
-                   "specialization": unit.specialization,
-                   "launches": [launch_key(s, d) for s, d in unit.launches]}
-        write_atomic(unit.output, json.dumps(payload, indent=1, sort_keys=True))
+        record = CompileRecord(unit.fingerprint, unit.config.as_dict(), unit.specialization,
+                               [launch_key(s, d) for s, d in unit.launches], result)
+        write_atomic(unit.output, record.to_json())
         self.progress["compile"].advance(f"{unit.kernel} {unit.target} {unit.specialization} {result.status}")
 
     # -- bench -----------------------------------------------------------------------------
-    def bench(self, kp: KernelPlan, unit: BenchUnit) -> TaskFailed | None:
+    def bench(self, kp: KernelPlan, unit: BenchUnit) -> StageFailure | None:
         """Exhaustive: measure the configs this shape has no measurement of yet and keep the
         others. Budgeted: run the shape's search (aot_tune.search.strategies). Then the baselines, if the
         record lacks them (alone, for records made before them); re-pick and write."""
@@ -157,7 +164,7 @@ class TuneSession:
                     baselines = self._measure_baselines(kp, unit, lease, device)
         except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
-            return TaskFailed(f"{unit.name}: {exc}")
+            return StageFailure(f"{unit.name}: {exc}")
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
         self._span("bench", began, time.time())
@@ -165,14 +172,15 @@ class TuneSession:
         self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in fresh
                                         if m.method in ("events", "graph")) / 1e3
         self.baseline_status.update(f"{role} {m.status}" for role, m in baselines.items())
-        record = self._record(kp, unit, info, previous, entries, fresh, elapsed)
-        _baselines_to_proto(record, unit, previous, baselines)
+        record = assemble_record(kp, unit, self.plan.device_of(unit), self.plan.toolchain, info, previous,
+                                 entries, fresh, elapsed, self._previous_pick(kp, unit, previous))
+        baselines_to_proto(record, unit, previous, baselines)
         if search_info is not None:
             record.search.CopyFrom(search_info)
         if not record.HasField("best"):
             # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
-            return TaskFailed(_no_config_passed(unit, record))
+            return StageFailure(no_config_passed(unit, record))
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
         note = f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}"
         if search_info is not None:
@@ -195,9 +203,9 @@ class TuneSession:
         requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in to_measure if c.id not in invalid]
         measured, seconds = _measure_batch(lease, requests, device)
         for m in fresh:
-            entries[m.config_id] = _measurement_proto(m, planned[m.config_id])
+            entries[m.config_id] = measurement_proto(m, planned[m.config_id])
         for m in measured:
-            entries[m.config_id] = _measurement_proto(m, planned[m.config_id], seconds[m.config_id])
+            entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
         return entries, fresh + measured
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None, device: DeviceModel):
@@ -234,7 +242,7 @@ class TuneSession:
                 for m in measured:
                     config, short_rep_ms = lengths[m.config_id]
                     fresh.append(m)
-                    answers[m.config_id] = _measurement_proto(m, config, seconds[m.config_id], short_rep_ms)
+                    answers[m.config_id] = measurement_proto(m, config, seconds[m.config_id], short_rep_ms)
             return [answers[config.id] for config, _ in probes]
 
         def measure(config: Config, share: float) -> Measurement:
@@ -242,7 +250,7 @@ class TuneSession:
 
         sources = [search.source_from_record(r, unit.shape) for r in self._source_records(kp, unit)]
         result = search.run_search(unit.search, unit.configs, invalid, measure, sources, measure_batch=measure_batch)
-        return result.measurements, fresh, _search_proto(unit, result, reused)
+        return result.measurements, fresh, search_proto(unit, result, reused)
 
     def _source_records(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
         """The finished records of the shapes seeding this one (their bench tasks ran first)."""
@@ -284,7 +292,7 @@ class TuneSession:
         targets = kp.bench_targets(self.plan.device_of(unit))
         invalid = {}
         for config in configs:
-            results = [read_compile_result(c) for c in kp.compiles_for(unit, config, targets)]
+            results = [read_compile_result(c.output, c.fingerprint) for c in kp.compiles_for(unit, config, targets)]
             known = [r for r in results if r is not None]
             if known and not any(r.valid for r in known):
                 first = known[0]
@@ -295,38 +303,8 @@ class TuneSession:
         """The Triton cache entries a GPU launch of this config uses (a remote worker gets them shipped)."""
         if device.target is None:
             return ()
-        results = (read_compile_result(c) for c in kp.compiles_for(unit, config, (device.target,)))
+        results = (read_compile_result(c.output, c.fingerprint) for c in kp.compiles_for(unit, config, (device.target,)))
         return tuple(sorted({h for r in results if r is not None for h in r.specializations}))
-
-    def _record(self, kp: KernelPlan, unit: BenchUnit, info: DeviceInfo, previous: TuningRecord | None,
-                entries: dict[str, Measurement], measurements: list[ConfigMeasurement],
-                elapsed: float) -> TuningRecord:
-        spec = kp.spec
-        record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
-                              dtype=unit.dtype, fingerprint=unit.fingerprint,
-                              bench_seconds=round(elapsed + (previous.bench_seconds if previous else 0.0), 3),
-                              measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
-        # these); the worker adds what only it can read. The plan reads versions from package
-        # metadata, which may drop a local tag that torch.__version__ has (2.11.0 vs 2.11.0+cu130).
-        device = self.plan.device_of(unit)
-        record.device.key, record.device.name = device.key, device.name
-        record.device.compute_capability, record.device.backend = device.compute_capability, device.backend
-        record.toolchain.triton, record.toolchain.torch = self.plan.toolchain["triton"], self.plan.toolchain["torch"]
-        record.toolchain.cuda, record.toolchain.driver = info.cuda, info.driver
-        bench = spec.bench
-        record.bench.warmup_ms, record.bench.rep_ms = bench.warmup_ms, bench.rep_ms
-        record.bench.l2_flush, record.bench.l2_flush_bytes = bench.l2_flush, bench.l2_flush_bytes or 0
-        record.measurements.extend(entries[config_id] for config_id in sorted(entries))
-        for name, part in kp.dependencies.items():
-            record.dependencies.add(name=name, digest=part)
-        fresh = [m for m in measurements if m.method]
-        if fresh:
-            _clocks_to_proto(fresh[0].clocks_start, fresh[-1].clocks_end, record.clocks)
-        best = choose(record.measurements, self._previous_pick(kp, unit, previous))
-        if best is not None:
-            record.best.CopyFrom(best.config)
-        return record
 
     def _previous_pick(self, kp: KernelPlan, unit: BenchUnit, previous: TuningRecord | None) -> str:
         """The config id this key's table holds now (from any earlier fingerprint): ties keep it."""
@@ -355,11 +333,11 @@ class TuneSession:
         cache_io.write_cache(merged, kp.cache_path)
 
     # -- generate --------------------------------------------------------------------------
-    def generate(self, kp: KernelPlan) -> TaskFailed | None:
+    def generate(self, kp: KernelPlan) -> StageFailure | None:
         try:
             write_module(kp.generated_path, self._render(kp))
         except TuneError as exc:
-            return TaskFailed(str(exc))
+            return StageFailure(str(exc))
 
     def generate_needed(self, kp: KernelPlan) -> bool:
         try:
@@ -371,20 +349,18 @@ class TuneSession:
         return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)
 
     # -- summary ---------------------------------------------------------------------------
-    def run_record(self, started: float, ended: float, ok: bool) -> dict | None:
+    def run_record(self, started: float, ended: float, ok: bool) -> RunRecord | None:
         """Where this run's time went (aot_tune.pipeline.runlog); None when no stage ran."""
         if not self.spans:
             return None
-        return {
-            "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-            "wall_s": round(ended - started, 3), "ok": ok,
-            "device": self.plan.device.key, "backend": self.plan.device.backend,
-            "kernels": sorted(kp.spec.name for kp in self.plan.kernels),
-            "stages": {stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in self.spans.items()},
-            "worker_seconds": {k: round(v, 3) for k, v in sorted(self.seconds.items())},
-            "compile": dict(self.compile_status), "bench": dict(self.bench_status),
-            "baselines": dict(self.baseline_status),
-        }
+        return RunRecord(
+            started_at=datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            wall_s=round(ended - started, 3), ok=ok, device=self.plan.device.key, backend=self.plan.device.backend,
+            kernels=sorted(kp.spec.name for kp in self.plan.kernels),
+            stages={stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in self.spans.items()},
+            worker_seconds={k: round(v, 3) for k, v in sorted(self.seconds.items())},
+            compile=dict(self.compile_status), bench=dict(self.bench_status), baselines=dict(self.baseline_status),
+        )
 
     def summary(self) -> str:
         lines = []
@@ -435,22 +411,6 @@ class TuneSession:
         return line
 
 
-def _measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.0,
-                       short_rep_ms: float = 0.0) -> Measurement:
-    entry = Measurement(status=m.status, reason=m.message, error_norm=m.error_norm, method=m.method,
-                        launches_per_sample=m.launches_per_sample if m.method else 0, cold_l2=m.cold_l2,
-                        seconds=seconds, short_rep_ms=short_rep_ms)
-    cache_io.config_to_proto(m.config_id, config.as_dict(), entry.config)
-    for phase in ("check", "warmup", "capture", "timed"):
-        if phase in m.phase_seconds:
-            setattr(entry.phases, phase, m.phase_seconds[phase])
-    if m.times_ms:
-        cache_io.set_samples(entry, m.times_ms)
-    if m.method:
-        _clocks_to_proto(m.clocks_start, m.clocks_end, entry.clocks)
-    return entry
-
-
 def _measure_batch(lease, requests: list[BenchRequest], device: DeviceModel
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
     """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
@@ -469,55 +429,6 @@ def _share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, floa
     if total <= 0:
         return {config_id: wall / max(len(own), 1) for config_id in own}
     return {config_id: wall * value / total for config_id, value in own.items()}
-
-
-def _search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> Search:
-    """What a record says about the search that produced it (see aot_tune.tuning.proto)."""
-    settings = unit.search
-    info = Search(strategy=settings.strategy, budget_configs=settings.budget_configs or 0,
-                  budget_seconds=settings.budget_seconds or 0.0, seed=settings.seed,
-                  settings=json.dumps(settings.canonical(), sort_keys=True),
-                  candidates=search.candidate_digest(unit.configs), candidate_count=len(unit.configs),
-                  configs_measured=result.configs_measured, seconds=round(result.seconds, 3),
-                  compute_seconds=round(result.compute_seconds, 3), reused=reused)
-    for shape, config_ids in result.seeded_by:
-        info.sources.add(shape=list(shape), config_ids=list(config_ids))
-    return info
-
-
-def _clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:
-    clocks.sm_mhz_start, clocks.sm_mhz_end = start.sm_mhz, end.sm_mhz
-    clocks.memory_mhz_start, clocks.memory_mhz_end = start.memory_mhz, end.memory_mhz
-
-
-def _baselines_to_proto(record: TuningRecord, unit: BenchUnit, previous: TuningRecord | None,
-                        measured: dict[str, ConfigMeasurement]) -> None:
-    """The planned baselines: measured now, or kept from the previous record that holds them."""
-    if not unit.baselines_fingerprint:
-        return
-    if not measured:
-        if previous is not None and previous.baselines_fingerprint == unit.baselines_fingerprint:
-            for field in ("default_baseline", "vendor_baseline"):
-                if previous.HasField(field):
-                    getattr(record, field).CopyFrom(getattr(previous, field))
-            record.vendor, record.baselines_fingerprint = previous.vendor, previous.baselines_fingerprint
-        return
-    if "default" in measured:
-        record.default_baseline.CopyFrom(_measurement_proto(measured["default"], unit.default_config))
-    if "vendor" in measured:
-        record.vendor_baseline.CopyFrom(_measurement_proto(measured["vendor"], Config(())))
-    record.vendor, record.baselines_fingerprint = unit.vendor, unit.baselines_fingerprint
-
-
-def _no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:
-    reasons = Counter(m.status for m in record.measurements)
-    ran = [m for m in record.measurements if m.reason and m.status != "invalid"]  # the telling failures first
-    first = next(iter(ran or [m for m in record.measurements if m.reason]), None)
-    summary = ", ".join(f"{status} {count}" for status, count in sorted(reasons.items())) or "no configs"
-    example = f"; e.g. config {first.config.id}: {first.reason}" if first else ""
-    return (f"{unit.kernel} {unit.dtype} {shape_label(unit.shape)}: no config passed ({summary}){example}; "
-            f"fix: the kernel, its reference or input builder, or the config space; "
-            f"the generated table is left as it was")
 
 
 def eprint(message: str) -> None:

@@ -32,7 +32,7 @@ from aot_tune.runtime.devices import DevicePeak, device_peak
 from aot_tune.fileio import write_atomic
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.plan import WORK_DIR, shape_label
-from aot_tune.pipeline.runlog import read_runs, time_split
+from aot_tune.pipeline.runlog import RunRecord, read_runs, time_split
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
@@ -345,10 +345,9 @@ def _compile_time(work_dir: Path, kernel: str) -> CompileTime | None:
     )
 
 
-def _run_row(run: dict) -> RunRow:
-    return RunRow(started_at=run.get("started_at", "?"), kernels=", ".join(run.get("kernels", [])),
-                  device=run.get("device", "?"), wall_s=float(run.get("wall_s", 0.0)), split=time_split(run),
-                  ok=bool(run.get("ok", False)))
+def _run_row(run: RunRecord) -> RunRow:
+    return RunRow(started_at=run.started_at, kernels=", ".join(run.kernels), device=run.device,
+                  wall_s=float(run.wall_s), split=time_split(run), ok=bool(run.ok))
 
 
 # -- rendering ------------------------------------------------------------------------------

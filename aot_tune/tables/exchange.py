@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Iterable
 
 from aot_tune import cache as cache_io
-from aot_tune.tables.check import record_problem
 from aot_tune.codegen import ensure_generated, entries_missing_from_cache, render_module, write_module
 from aot_tune.errors import TuneError
-from aot_tune.fingerprint import SourceIndex
+from aot_tune.fingerprint import SourceIndex, measured_code
 from aot_tune.manifest import KernelSpec, Manifest
-from aot_tune.pipeline.plan import lost_tables_message, measured_code
+from aot_tune.pipeline.staleness import record_problem
+from aot_tune.tables.guard import lost_tables_message
 from aot_tune.tuning_schema import TuningRecord
 
 
@@ -105,7 +105,7 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
         merged = cache_io.sorted_cache(cache_io.without_samples(r) for r in ours.values())
         missing = entries_missing_from_cache(manifest.root / spec.generated, merged, spec.name)
         if missing:
-            raise TuneError(lost_tables_message(manifest, spec, missing) + "; nothing was merged")
+            raise TuneError(lost_tables_message(spec, missing) + "; nothing was merged")
         merged_caches[kernel] = (spec, path, merged, render_module(spec.name, spec.key, merged, manifest.path.name))
     for spec, *_ in merged_caches.values():  # every module is checked before anything is written
         ensure_generated(manifest.root / spec.generated)
@@ -142,7 +142,7 @@ def drop_devices(manifest: Manifest, devices: Iterable[str], kernels: Iterable[K
         in_module = entries_missing_from_cache(manifest.root / spec.generated, cache_io.sorted_cache(kept), spec.name)
         others = {d: n for d, n in in_module.items() if d not in summary.devices}
         if others:
-            raise TuneError(lost_tables_message(manifest, spec, others) + "; nothing was dropped")
+            raise TuneError(lost_tables_message(spec, others) + "; nothing was dropped")
         if len(kept) == len(cache.records) and not in_module:
             continue
         merged = cache_io.sorted_cache(kept)

@@ -1,0 +1,130 @@
+"""The task loader: reads tuning.yaml, plans the run, and hands doit the stage tasks (rules/).
+
+Stage actions (aot_tune.pipeline.session) know nothing of doit: a stage that fails returns a
+``StageFailure``, which ``stage_action`` turns into doit's ``TaskFailed`` here.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from doit.cmd_base import TaskLoader2
+from doit.exceptions import InvalidDodoFile, TaskFailed
+from doit.loader import generate_tasks
+
+from aot_tune.bench.local.detect import detect
+from aot_tune.codegen import entries_missing_from_cache
+from aot_tune.commands.options import (EXECUTORS, opt_backend, opt_executor, opt_manifest, opt_scheduler,
+                                       opt_worker_wait)
+from aot_tune.errors import TuneError
+from aot_tune.pipeline.plan import Plan, build_plan
+from aot_tune.pipeline.session import StageFailure, TuneSession, eprint
+from aot_tune.pipeline.staleness import Staleness
+from aot_tune.tables.guard import lost_tables_message
+from aot_tune.triton_compat import versions
+from aot_tune.workers.pools import Executors
+
+
+def stage_action(action, args: tuple):
+    """Run one stage action for doit: a returned ``StageFailure`` fails the task with its message."""
+    outcome = action(*args)
+    return TaskFailed(outcome.message) if isinstance(outcome, StageFailure) else outcome
+
+
+def guard_tables(plan: Plan, staleness: Staleness) -> None:
+    """Refuse to run when a generated module holds entries its cache lacks: rendering it again
+    would drop those tables without anyone asking (a deleted, emptied or truncated cache)."""
+    for kp in plan.kernels:
+        missing = entries_missing_from_cache(kp.generated_path, staleness.cache(kp), kp.spec.name)
+        if missing:
+            raise TuneError(lost_tables_message(kp.spec, missing))
+
+
+class ManifestLoader(TaskLoader2):
+    """Builds the stage tasks from the manifest; kernels named on the command line narrow it."""
+
+    cmd_options = (opt_manifest, opt_backend, opt_executor, opt_scheduler, opt_worker_wait)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: TuneSession | None = None
+        self.kernel_names: tuple[str, ...] = ()
+        self.jobs = os.cpu_count() or 1
+
+    def setup(self, opt_values: dict) -> None:
+        self.options = opt_values
+        dep_file = opt_values.get("dep_file")
+        if dep_file:  # doit opens its database before it loads tasks
+            Path(dep_file).parent.mkdir(parents=True, exist_ok=True)
+
+    def load_doit_config(self) -> dict:
+        return {}
+
+    def load_tasks(self, cmd, pos_args) -> list:
+        from aot_tune import rules
+        from aot_tune.manifest import load_manifest
+        from aot_tune.rules import bench, compile, generate, merge
+
+        cluster = None
+        try:
+            manifest = load_manifest(self.options.get("manifest", "tuning.yaml"))
+            kernels = manifest.select(self.kernel_names) if self.kernel_names else manifest.kernels
+            cluster = self._cluster()
+            if cluster is None:
+                devices = (detect(self.options.get("bench_backend", "auto")),)
+            else:
+                devices = cluster.discover(versions(), self.options.get("bench_backend", "auto"))
+                eprint(f"aot_tune: benchmarking on the Dask cluster at {cluster.address}: "
+                       + ", ".join(f"{d.count} x {d.key}" for d in devices))
+            plan = build_plan(manifest, devices, kernels)
+            staleness = Staleness(plan)
+            guard_tables(plan, staleness)
+            if cluster is not None:
+                refs = [ref for k in kernels for ref in (k.kernel, k.launch, k.inputs, k.reference)]
+                cluster.use_project(manifest.root, refs, plan.triton_cache_dir)
+        except TuneError as err:
+            if cluster is not None:
+                cluster.close()
+            raise InvalidDodoFile(str(err)) from None
+        for device in devices:
+            if device.notice:
+                eprint(f"aot_tune: {device.notice}")
+        plan.work_dir.mkdir(parents=True, exist_ok=True)
+        jobs = int(self.options.get("num_process") or self.jobs)
+        if cluster is not None:  # -n may exceed the local cores to keep a big cluster's GPUs busy; compiles may not
+            jobs = min(jobs, self.jobs)
+        self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster),
+                                   staleness)
+        if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
+            try:
+                self.session.specialize()
+            except TuneError as err:
+                raise InvalidDodoFile(str(err)) from None
+        task_list = []
+        for stage in (compile, bench, merge, generate):
+            tasks = list(stage.tasks(self.session))
+            for task in tasks:
+                task["actions"] = [(stage_action, action) for action in task.get("actions", ())]
+            task_list.extend(generate_tasks(stage.__name__, tasks, stage.__doc__))
+        assert rules.STAGES == ("compile", "bench", "merge", "generate")
+        if getattr(cmd, "execute_tasks", False):
+            self.session.start_workers()  # while doit prepares to run the tasks
+        return task_list
+
+    def _cluster(self):
+        """The Dask cluster to bench on, or None for the local devices."""
+        executor = self.options.get("executor", "local")
+        if executor not in EXECUTORS:
+            raise TuneError(f"unknown executor '{executor}'; fix: use --executor with one of {', '.join(EXECUTORS)}")
+        scheduler = self.options.get("scheduler", "")
+        if executor == "local":
+            if scheduler:
+                raise TuneError("--scheduler is only used with --executor dask; fix: add --executor dask, "
+                                "or drop --scheduler")
+            return None
+        if not scheduler:
+            raise TuneError("--executor dask needs the scheduler's address; fix: add --scheduler tcp://host:8786 "
+                            "(or set scheduler under [tool.doit.commands.tune] in pyproject.toml)")
+        from aot_tune.bench.dask.client import ClusterDevices
+
+        return ClusterDevices(scheduler, float(self.options.get("worker_wait", 60.0)), log=eprint)

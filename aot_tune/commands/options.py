@@ -1,0 +1,72 @@
+"""Command-line options the commands share, and the one-run-per-tree lock."""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from doit.exceptions import InvalidCommand
+
+from aot_tune.bench.local.detect import BACKENDS
+
+opt_manifest = {
+    "name": "manifest", "long": "manifest", "type": str, "default": "tuning.yaml",
+    "help": "path of the tuning manifest [default: %(default)s]",
+}
+
+opt_backend = {
+    "name": "bench_backend", "long": "bench-backend", "type": str, "default": "auto",
+    "help": f"where to benchmark: {', '.join(BACKENDS)} (auto: cuda when a GPU is visible) [default: %(default)s]",
+}
+
+EXECUTORS = ("local", "dask")
+opt_executor = {
+    "name": "executor", "long": "executor", "type": str, "default": "local",
+    "help": "where the bench stage runs: local (a worker per local GPU) or dask (the GPUs of the Dask "
+            "cluster at --scheduler, every GPU model it has) [default: %(default)s]",
+}
+
+opt_scheduler = {
+    "name": "scheduler", "long": "scheduler", "type": str, "default": "",
+    "help": "with --executor dask: the scheduler's address (tcp://host:8786) or scheduler file",
+}
+
+opt_worker_wait = {
+    "name": "worker_wait", "long": "worker-wait", "type": float, "default": 60.0,
+    "help": "with --executor dask: seconds to wait for a bench worker of a device model before "
+            "its bench tasks fail [default: %(default)s]",
+}
+
+
+def with_default(option: dict, default) -> dict:
+    return {**option, "default": default}
+
+
+class exclusive_run:
+    """One ``doit tune`` per tree at a time: a second one refuses instead of racing the first."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.path = work_dir / "run.lock"
+        self.handle = None
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.seek(0)
+            holder = self.handle.read().strip() or "another process"
+            self.handle.close()
+            raise InvalidCommand(f"another doit tune is running in this tree ({holder}); "
+                                 f"wait for it to finish, then run again") from None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"pid {os.getpid()}")
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+        return False

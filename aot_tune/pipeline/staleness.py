@@ -1,0 +1,202 @@
+"""What is stale: whether a planned unit must run, and whether a record still answers for today's
+sources and manifest.
+
+Staleness is decided from durable files (per-task outputs under ``.aot_tune/`` and the checked-in
+caches), never from doit's dependency database alone: doit writes that database only when a run
+ends, so a killed run would otherwise redo finished work, and a fresh clone would retune
+everything although its caches already hold the answers.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aot_tune import cache as cache_io
+from aot_tune.build.compile import read_compile_result
+from aot_tune.fingerprint import MeasuredOn, bench_fingerprint
+from aot_tune.manifest import KernelSpec
+from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
+from aot_tune.search import strategies as search
+from aot_tune.space import Config
+from aot_tune.tuning_schema import TuningCache, TuningRecord
+
+
+class Staleness:
+    """Answers 'does this unit need to run' from durable outputs; parses each file once per change."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self._caches: dict[Path, tuple[tuple[int, int], TuningCache, dict[str, TuningRecord]]] = {}
+        self._outputs: dict[Path, tuple[tuple[int, int], TuningRecord | None]] = {}
+        self._to_measure: dict[Path, tuple[TuningRecord | None, list[Config], frozenset[Config]]] = {}
+
+    def cache(self, kp: KernelPlan) -> TuningCache:
+        """The kernel's merged cache, re-read only when the file changed (it is read on every check)."""
+        return self._cache_entry(kp)[1]
+
+    def _cache_entry(self, kp: KernelPlan):
+        version = _file_version(kp.cache_path)
+        memo = self._caches.get(kp.cache_path)
+        if memo is None or memo[0] != version:
+            cache = cache_io.read_cache(kp.cache_path)
+            cache_io.check_records(cache.records, kp.cache_path, kp.spec)
+            memo = self._caches[kp.cache_path] = (version, cache, {r.fingerprint: r for r in cache.records})
+        return memo
+
+    def previous_record(self, kp: KernelPlan, unit: BenchUnit) -> TuningRecord | None:
+        """The latest record measured under this unit's fingerprint: its own output (with raw
+        samples), else the merged cache's."""
+        version = _file_version(unit.output)
+        memo = self._outputs.get(unit.output)
+        if memo is None or memo[0] != version:
+            memo = self._outputs[unit.output] = (version, _read_record(unit.output) if version != (0, 0) else None)
+        if memo[1] is not None and memo[1].fingerprint == unit.fingerprint:
+            return memo[1]
+        return self._cache_entry(kp)[2].get(unit.fingerprint)
+
+    def configs_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> list[Config]:
+        """Planned configs the previous record has not measured (memoized: asked once per compile);
+        for a budgeted search that is not done, the configs it may reach and has not measured."""
+        return self._to_measure_memo(kp, unit)[1]
+
+    def measures(self, kp: KernelPlan, unit: BenchUnit, config: Config) -> bool:
+        """Whether this bench still has to measure ``config`` (a set lookup: asked per compile unit)."""
+        return config in self._to_measure_memo(kp, unit)[2]
+
+    def _to_measure_memo(self, kp: KernelPlan, unit: BenchUnit):
+        record = self.previous_record(kp, unit)
+        memo = self._to_measure.get(unit.output)
+        if memo is None or memo[0] is not record:
+            measured = _measured_ids(record)
+            if unit.search.exhaustive or not _covers(record, unit):
+                todo = [c for c in unit.probes if c.id not in measured]
+            else:
+                todo = []
+            memo = self._to_measure[unit.output] = (record, todo, frozenset(todo))
+        return memo
+
+    def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
+        """Done when a record under this fingerprint covers exactly the planned configs (for a
+        budgeted search: its search under this strategy and budget, the fingerprint, chose among
+        exactly the planned candidates) and holds the planned baselines."""
+        record = self.previous_record(kp, unit)
+        if record is None or not _has_baselines(record, unit):
+            return False
+        if not unit.search.exhaustive:
+            return _covers(record, unit)
+        return not self.configs_to_measure(kp, unit) and len(_measured_ids(record)) == len(unit.configs)
+
+    def baselines_to_measure(self, kp: KernelPlan, unit: BenchUnit) -> bool:
+        """Whether this bench must (re-)measure its baselines: planned, and not in the record yet."""
+        return bool(unit.baselines_fingerprint) and not _has_baselines(self.previous_record(kp, unit), unit)
+
+    def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
+        """A compile runs only when it has no result yet and a bench of one of its launches still
+        has to measure its config."""
+        if read_compile_result(unit.output, unit.fingerprint) is not None:
+            return False
+        return any(self.measures(kp, b, unit.config) for launch in unit.launches for b in kp.benches_for(launch))
+
+    def launches_to_specialize(self, kp: KernelPlan) -> list[tuple[str, tuple[int, ...], str, Config]]:
+        """Unspecialized launches whose config a bench still has to measure: nothing else needs a compile."""
+        needed = []
+        for target, shape, dtype, config in kp.unspecialized:
+            if any(self.measures(kp, bench, config) for bench in kp.benches_for((shape, dtype))):
+                needed.append((target, shape, dtype, config))
+        return needed
+
+    def merge_needed(self, kp: KernelPlan) -> bool:
+        """Some planned result is not in the cache as planned, or it holds a local record no longer planned."""
+        _, cache, by_fingerprint = self._cache_entry(kp)
+        devices = self.plan.device_keys
+        return any(kp.unplanned_local(r, devices) for r in cache.records) or \
+            any(not _covers(by_fingerprint.get(u.fingerprint), u) for u in kp.bench_units)
+
+
+def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:
+    if record is None or not _has_baselines(record, unit):
+        return False
+    if not unit.search.exhaustive:
+        return search.covers(record, unit.configs)
+    return _measured_ids(record) == {c.id for c in unit.configs}
+
+
+def _has_baselines(record: TuningRecord | None, unit: BenchUnit) -> bool:
+    return record is not None and record.baselines_fingerprint == unit.baselines_fingerprint
+
+
+def _measured_ids(record: TuningRecord | None) -> frozenset[str]:
+    return frozenset(m.config.id for m in record.measurements) if record is not None else frozenset()
+
+
+def _file_version(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+def _read_record(path: Path) -> TuningRecord | None:
+    try:
+        return cache_io.read_record(path)
+    except Exception:  # a torn, foreign or forged file is simply not a finished result
+        return None
+
+
+def record_problem(spec: KernelSpec, code: str, record, versions_used: dict | None = None,
+                   dependencies: dict[str, str] | None = None) -> str:
+    """Why a record no longer answers for the current sources and manifest ('' if it does).
+    The device and toolchain are the record's own unless ``versions_used`` overrides triton/torch;
+    with the current ``dependencies`` (aot_tune.fingerprint), a code change names what changed."""
+    versions_used = versions_used or {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
+    on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
+                    record.device.backend, versions_used["triton"], versions_used["torch"])
+    shape = tuple(record.shape)
+    if bench_fingerprint(spec, code, shape, record.dtype, on) != record.fingerprint:
+        recorded = json.loads(record.search.settings) if record.HasField("search") else {"strategy": "exhaustive"}
+        if recorded != spec.search.canonical():
+            return f"search settings changed (record: {_settings_text(recorded)}; manifest: " \
+                   f"{_settings_text(spec.search.canonical())})"
+        return _what_changed(spec, record, versions_used, dependencies)
+    planned = spec.space.configs_for(spec.shape_dict(shape))
+    if spec.search.exhaustive:
+        if {m.config.id for m in record.measurements} != {c.id for c in planned}:
+            return "config space changed"
+    elif not search.covers(record, planned):
+        return "config space changed"
+    return ""
+
+
+def _what_changed(spec: KernelSpec, record, versions_used: dict, dependencies: dict[str, str] | None) -> str:
+    """Name the input that moved a record's fingerprint, as far as the record tells."""
+    bench = spec.bench
+    recorded_bench = (record.bench.warmup_ms, record.bench.rep_ms, record.bench.l2_flush,
+                      record.bench.l2_flush_bytes or None)
+    if recorded_bench != (bench.warmup_ms, bench.rep_ms, bench.l2_flush, bench.l2_flush_bytes):
+        return "bench settings changed"
+    toolchain = (record.toolchain.triton, record.toolchain.torch)
+    if toolchain != (versions_used["triton"], versions_used["torch"]):
+        return (f"toolchain changed (measured with triton {toolchain[0]}, torch {toolchain[1]}; installed: "
+                f"triton {versions_used['triton']}, torch {versions_used['torch']})")
+    if dependencies is not None and record.dependencies:
+        before = {d.name: d.digest for d in record.dependencies}
+        changed = []
+        for name, part in dependencies.items():
+            earlier = before.get(name)
+            if earlier is None:
+                changed.append(f"{name} added")
+            elif earlier != part:
+                changed.append(f"{name} {earlier} -> {part}" if name.startswith("distribution ") else f"{name} changed")
+        changed += [f"{name} removed" for name in before if name not in dependencies]
+        if changed:
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            return "code changed: " + ", ".join(changed[:3]) + more
+    return "kernel source, manifest or toolchain changed"
+
+
+def _settings_text(settings: dict) -> str:
+    """``surrogate budget={"configs":40} seed=0 transfer=true``"""
+    rest = (f"{k}={json.dumps(settings[k], sort_keys=True, separators=(',', ':'))}" for k in sorted(settings)
+            if k != "strategy")
+    return " ".join([str(settings.get("strategy", "?")), *rest])
