@@ -11,7 +11,7 @@ def tasks(session) -> Iterator[dict]:
     # Seeding shapes first, then longest first, so the last tasks on each GPU are short ones: a
     # config costs about warmup + rep whatever its shape, so a task's cost is its config count
     # (its budget under a budgeted search). doit dispatches in this order.
-    units.sort(key=lambda item: (bool(item[1].sources), -_cost(item[1])))
+    units.sort(key=lambda item: (bool(item[1].sources), -_measurements(item[1])))
     session.start_stage("bench", sum(not staleness.bench_done(kp, u) for kp, u in units))
     devices = ", ".join(f"{d.key}, {d.backend}" for d in plan.devices)
     yield {"basename": "bench", "name": None, "doc": f"benchmark each shape x dtype on each device model ({devices})"}
@@ -30,6 +30,7 @@ def tasks(session) -> Iterator[dict]:
         }
 
 
-def _cost(unit) -> int:
+def _measurements(unit) -> int:
+    """How many configs the task measures: its cost on the GPU (about warmup + rep each)."""
     budget = unit.search.budget_configs
     return len(unit.configs) if budget is None else min(budget, len(unit.configs))

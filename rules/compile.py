@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from aot_tune.build.compile import cost_estimate, longest_first
+from aot_tune.build.compile import compile_time_estimate, longest_first
 from aot_tune.build.compile import recorded_compile_seconds
 
 
@@ -12,7 +12,7 @@ def tasks(session) -> Iterator[dict]:
     units = [(kp, u) for kp in session.plan.kernels for u in kp.compile_units]
     stale = {u.name for kp, u in units if staleness.compile_needed(kp, u)}
     units = longest_first(  # doit dispatches in this order; only the stale units' order matters
-        units, lambda item: cost_estimate(item[1].config.as_dict(), item[0].spec.compile_cost),
+        units, lambda item: compile_time_estimate(item[1].config.as_dict(), item[0].spec.compile_cost),
         lambda item: recorded_compile_seconds(item[1].output) if item[1].name in stale else None)
     session.start_stage("compile", len(stale))
     yield {"basename": "compile", "name": None,

@@ -6,7 +6,7 @@ import pytest
 from tunerun import REPO
 
 from aot_tune import triton_compat
-from aot_tune.build.compile import CompileRequest, CompileResult, cost_estimate, longest_first
+from aot_tune.build.compile import CompileRequest, CompileResult, compile_time_estimate, longest_first
 from aot_tune.space import parse_constraint
 
 pytest.importorskip("triton")
@@ -77,7 +77,7 @@ def test_an_unknown_parameter_is_a_launch_error_naming_it(compile_config):
 
 def test_cost_estimate_orders_big_tiles_first():
     big = {**SMALL, "BLOCK_M": 256, "BLOCK_N": 256, "num_warps": 2}
-    assert cost_estimate(big) > cost_estimate(SMALL)
+    assert compile_time_estimate(big) > compile_time_estimate(SMALL)
 
 
 def test_a_declared_compile_cost_ranks_before_the_generic_estimate():
@@ -87,10 +87,10 @@ def test_a_declared_compile_cost_ranks_before_the_generic_estimate():
     declared = parse_constraint("BLOCK_M * BLOCK_N / num_warps", ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"))
     slow = {**SMALL, "BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 32, "num_warps": 2}
     fast = {**SMALL, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 256, "num_warps": 2}
-    assert cost_estimate(fast)[0] > cost_estimate(slow)[0]
-    assert cost_estimate(slow, declared) > cost_estimate(fast, declared)
+    assert compile_time_estimate(fast)[0] > compile_time_estimate(slow)[0]
+    assert compile_time_estimate(slow, declared) > compile_time_estimate(fast, declared)
     same_tile = {**slow, "BLOCK_K": 64}  # a tie in the declared cost falls back to the generic one
-    assert cost_estimate(same_tile, declared) > cost_estimate(slow, declared)
+    assert compile_time_estimate(same_tile, declared) > compile_time_estimate(slow, declared)
 
 
 def test_longest_first_puts_recorded_seconds_among_scaled_estimates():

@@ -45,7 +45,7 @@ os.environ["TRITON_CACHE_DIR"] = SEQUENTIAL_CACHE  # before triton is imported, 
 os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, str(ROOT))
 
-from aot_tune.build.compile import CompileRequest, CompileResult, compile_config, cost_estimate, longest_first  # noqa: E402
+from aot_tune.build.compile import CompileRequest, CompileResult, compile_config, compile_time_estimate, longest_first  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402
 from aot_tune.space import Config, ConfigSpace  # noqa: E402
 
@@ -79,7 +79,7 @@ def sequential(configs: list[Config], target: str, shape: dict) -> tuple[float, 
 def by_cost(configs: list[Config]) -> list[Config]:
     """Slowest first, by tuning.yaml's ``compile_cost`` for gemm, as the compile rule orders them."""
     declared = load_manifest(ROOT / "tuning.yaml").kernel("gemm").compile_cost
-    return longest_first(sorted(configs), lambda c: cost_estimate(c.as_dict(), declared), lambda c: None)
+    return longest_first(sorted(configs), lambda c: compile_time_estimate(c.as_dict(), declared), lambda c: None)
 
 
 def fanout(configs: list[Config], target: str, shape: dict, jobs: int) -> tuple[float, list[CompileResult]]:

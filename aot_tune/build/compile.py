@@ -28,7 +28,7 @@ CompileStatus = Literal["ok", "shared_memory", "ptxas_error", "compile_assertion
 INVALID_REASONS = get_args(CompileStatus)[1:]
 
 
-def cost_estimate(params: dict, declared: Constraint | None = None) -> tuple[float, float]:
+def compile_time_estimate(params: dict, declared: Constraint | None = None) -> tuple[float, float]:
     """A relative compile cost, to start the slowest compiles first (longest-first keeps a pool's
     tail short): the kernel's declared ``compile_cost`` expression, then the product of the
     integer params over ``num_warps`` (big tiles, deep pipelines and few warps compile slowest)

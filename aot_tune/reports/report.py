@@ -15,7 +15,6 @@ by reason; and which shapes x dtypes each device's table covers (as ``doit check
 from __future__ import annotations
 
 import html
-import json
 import math
 import statistics
 from collections import Counter
@@ -31,6 +30,7 @@ from aot_tune.cost import Rate, floor_ms, rate
 from aot_tune.runtime.devices import DevicePeak, device_peak
 from aot_tune.fileio import write_atomic
 from aot_tune.manifest import KernelSpec, Manifest
+from aot_tune.build.compile import CompileRecord
 from aot_tune.pipeline.plan import WORK_DIR, shape_label
 from aot_tune.pipeline.runlog import RunRecord, read_runs, time_split
 from aot_tune.space import Config
@@ -327,17 +327,15 @@ def _compile_time(work_dir: Path, kernel: str) -> CompileTime | None:
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for path in outputs:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+        record = CompileRecord.read(path)
+        if record is None:
             continue
         target = path.parent.parent.name
-        by_target.setdefault(target, []).append(float(data.get("seconds", 0.0)))
-        status = data.get("status", "ok")
-        if status != "ok":
-            reason = f"{target} {status}"
+        by_target.setdefault(target, []).append(float(record.result.seconds))
+        if record.result.status != "ok":
+            reason = f"{target} {record.result.status}"
             counts[reason] += 1
-            examples.setdefault(reason, f"config {path.stem}: {_short(data.get('message', ''))}")
+            examples.setdefault(reason, f"config {path.stem}: {_short(record.result.message)}")
     return CompileTime(
         compiles=sum(len(v) for v in by_target.values()), seconds=sum(sum(v) for v in by_target.values()),
         by_target={t: (len(v), sum(v)) for t, v in sorted(by_target.items())},
