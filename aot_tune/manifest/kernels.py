@@ -1,0 +1,199 @@
+"""Read ``tuning.yaml``: the file, the top level and each kernel entry, into a :class:`Manifest`.
+
+Every mistake a user can make in the manifest raises :class:`ManifestError`
+with the file, the 1-based line, the dotted key path and a fix, e.g.::
+
+    tuning.yaml:12: kernels.gemm.space.BLOCK_M: expected a non-empty list, got 64; fix: write BLOCK_M: [64]
+
+The rules for each part of an entry live in the sibling modules. The schema and its rules are
+documented once, in docs/reference/tuning-yaml.md.
+"""
+
+from __future__ import annotations
+
+import keyword
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _is_int, _list, _mapping
+from aot_tune.manifest.expressions import _compile_cost, _cost, _default_config
+from aot_tune.manifest.output_paths import _check_outputs_distinct, _check_outputs_inside
+from aot_tune.manifest.records import Defaults, KernelSpec, Manifest
+from aot_tune.manifest.shapes import _shapes
+from aot_tune.manifest.shared_keys import _defaults, _shared
+from aot_tune.manifest.space_rules import _space
+from aot_tune.manifest.yaml_lines import _LineLoader, _Map
+from aot_tune.space import FUNCTIONS
+
+
+def load_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """Read, parse and validate a manifest; every user mistake is a ManifestError."""
+    ctx = _Ctx(os.fspath(path))
+    doc = _parse_yaml(ctx, _read_text(ctx))
+    top = _top_mapping(ctx, doc)
+    absolute = Path(os.path.abspath(ctx.shown))
+    return Manifest(path=absolute, root=absolute.parent, kernels=_kernels(ctx, top, absolute.parent))
+
+
+def _read_text(ctx: _Ctx) -> str:
+    try:
+        return Path(ctx.shown).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        ctx.fail(None, "", "file not found", "check the path, or create the manifest (start it with 'version: 1')")
+    except IsADirectoryError:
+        ctx.fail(None, "", "is a directory, not a manifest file", "pass the path of the YAML file, e.g. tuning.yaml")
+    except UnicodeDecodeError as e:
+        ctx.fail(None, "", f"not UTF-8 text (bad byte at offset {e.start})", "save the file as UTF-8")
+    except OSError as e:
+        ctx.fail(None, "", f"cannot read the file ({e.strerror or e})", "check that it exists and is readable")
+
+
+def _parse_yaml(ctx: _Ctx, text: str) -> Any:
+    fix = "correct the YAML at that line (indentation, ':' after keys, matching quotes and brackets)"
+    try:
+        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader is a SafeLoader
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        context = e.context or ""
+        if e.context and e.context_mark and mark and e.context_mark.line != mark.line:
+            context += f" (started at line {e.context_mark.line + 1})"
+        problem = " ".join(p for p in (context, e.problem) if p)
+        ctx.fail(mark.line + 1 if mark else None, "", f"invalid YAML: {problem}", fix)
+    except yaml.YAMLError as e:
+        ctx.fail(None, "", f"invalid YAML: {e}".replace("\n", " "), fix)
+
+
+def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
+    if doc is None:
+        ctx.fail(1, "", "the manifest is empty", "start it with 'version: 1' and a 'kernels:' mapping")
+    if not isinstance(doc, _Map):
+        ctx.fail(
+            getattr(doc, "line", 1),
+            "",
+            f"expected a mapping at the top level, got {_describe(doc)}",
+            "write 'version: 1', 'defaults:' and 'kernels:' as top-level keys",
+        )
+    top = _mapping(ctx, doc, "", doc.line, allowed=("version", "defaults", "kernels"))
+    if "version" not in top:
+        ctx.fail(top.line, "version", "missing required key 'version'", "add 'version: 1' at the top of the file")
+    if not (_is_int(top["version"]) and top["version"] == 1):
+        ctx.fail(
+            top.value_lines["version"],
+            "version",
+            f"unsupported version {_describe(top['version'])}",
+            "set version: 1 (the only version this aot_tune reads)",
+        )
+    if "kernels" not in top:
+        ctx.fail(
+            top.line, "kernels", "missing required key 'kernels'", "add a 'kernels:' mapping of kernel name -> spec"
+        )
+    return top
+
+
+_KERNEL_KEYS = (
+    "kernel", "launch", "inputs", "reference", "key", "space", "constraints",
+    "shapes", "interpreter_shapes", "dtypes", "bench", "search", "targets", "cache", "generated",
+    "default_config", "vendor", "cost", "compile_cost",
+)  # fmt: skip
+_REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "reference", "key", "space", "shapes")
+_KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def _kernels(ctx: _Ctx, top: _Map, root: Path) -> tuple[KernelSpec, ...]:
+    base = _defaults(ctx, top)
+    m = _mapping(ctx, top["kernels"], "kernels", top.key_lines["kernels"])
+    if not m:
+        ctx.fail(
+            top.key_lines["kernels"], "kernels", "no kernels are defined", "add at least one kernel under 'kernels:'"
+        )
+    specs = tuple(_kernel(ctx, name, m, base) for name in m)
+    _check_outputs_inside(ctx, specs, m, top, root)
+    _check_outputs_distinct(ctx, specs, m)
+    return specs
+
+
+def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults) -> KernelSpec:
+    key, line = f"kernels.{name}", kernels.key_lines[name]
+    _check_kernel_name(ctx, name, key, line)
+    m = _mapping(ctx, kernels[name], key, line, allowed=_KERNEL_KEYS, required=_REQUIRED_KERNEL_KEYS)
+    refs = {
+        f: _module_attr(ctx, m[f], f"{key}.{f}", m.value_lines[f]) for f in ("kernel", "launch", "inputs", "reference")
+    }
+    dims = _key_dims(ctx, m["key"], f"{key}.key", m.value_lines["key"])
+    space = _space(ctx, m, key, dims)
+    shapes = _shapes(ctx, m["shapes"], f"{key}.shapes", m.value_lines["shapes"], dims)
+    interp = shapes
+    if "interpreter_shapes" in m:
+        interp = _shapes(
+            ctx, m["interpreter_shapes"], f"{key}.interpreter_shapes", m.value_lines["interpreter_shapes"], dims
+        )
+    s = _shared(ctx, m, key, base)
+    every_shape = tuple(dict.fromkeys(shapes + interp))
+    default = _default_config(ctx, m, key, space, dims, every_shape) if "default_config" in m else None
+    vendor = _module_attr(ctx, m["vendor"], f"{key}.vendor", m.value_lines["vendor"]) if "vendor" in m else None
+    cost = _cost(ctx, m, key, dims, every_shape, s.dtypes) if "cost" in m else None
+    compile_cost = _compile_cost(ctx, m, key, space) if "compile_cost" in m else None
+    return KernelSpec(
+        name=name, **refs, key=dims, space=space, shapes=shapes, interpreter_shapes=interp,
+        dtypes=s.dtypes, bench=s.bench, targets=s.targets,
+        cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
+        default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
+    )  # fmt: skip
+
+
+def _check_kernel_name(ctx: _Ctx, name: str, key: str, line: int) -> None:
+    if _KERNEL_NAME.fullmatch(name) and len(name) > MAX_KERNEL_NAME:
+        ctx.fail(line, f"kernels.{name[:40]}...", f"kernel name of {len(name)} characters is too long "
+                 f"(at most {MAX_KERNEL_NAME}: it names files)", f"shorten it, e.g. to {name[:MAX_KERNEL_NAME]!r}")
+    if _KERNEL_NAME.fullmatch(name) and not keyword.iskeyword(name):
+        return
+    better = re.sub(r"[^a-z0-9_]", "_", name.lower())
+    better = f"_{better}" if not better or better[0].isdigit() or keyword.iskeyword(better) else better
+    ctx.fail(
+        line,
+        key,
+        f"kernel name {name!r} must match [a-z_][a-z0-9_]* and not be a Python keyword",
+        f"rename it, e.g. to {better!r}",
+    )
+
+
+#: Kernel names become file names (generated/<kernel>.py, .aot_tune/bench/<device>/<kernel>/...).
+MAX_KERNEL_NAME = 64
+
+
+_MODULE_ATTR = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+
+
+def _module_attr(ctx: _Ctx, value: Any, key: str, line: int) -> str:
+    if isinstance(value, str) and _MODULE_ATTR.fullmatch(value):
+        return value
+    fix = "write it as package.module:name, e.g. kernels.gemm:matmul"
+    if isinstance(value, str) and ":" not in value and "." in value:
+        module, attr = value.rsplit(".", 1)
+        if _MODULE_ATTR.fullmatch(f"{module}:{attr}"):
+            fix = f"separate the attribute with a colon: {module}:{attr}"
+    ctx.fail(line, key, f"expected 'module.path:attr', got {_describe(value)}", fix)
+
+
+def _key_dims(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[str, ...]:
+    seq = _list(ctx, value, key, line, "M, N, K")
+    for i, d in enumerate(seq):
+        sub, iline = f"{key}[{i}]", seq.item_lines[i]
+        if not _is_ident(d):
+            ctx.fail(
+                iline,
+                sub,
+                f"key dim {_describe(d)} is not an identifier",
+                "use names like M, N, K (letters, digits and _)",
+            )
+        if d in FUNCTIONS or d == "grid":
+            ctx.fail(
+                iline, sub, f"key dim {d!r} is a reserved name", f"rename it (reserved: grid, {', '.join(FUNCTIONS)})"
+            )
+        if d in seq[:i]:
+            ctx.fail(iline, sub, f"key dim {d!r} is listed twice", "list each key dim once")
+    return tuple(seq)

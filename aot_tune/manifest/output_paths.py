@@ -1,0 +1,99 @@
+"""Rules for the files a kernel writes (its ``cache`` and ``generated`` module): a relative
+template with only ``{kernel}``, inside the project, not over a kernel's source, not shared by
+two kernels, and short enough for the file system.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+
+from aot_tune.manifest.checks import _Ctx, _string
+from aot_tune.manifest.records import KernelSpec
+from aot_tune.manifest.yaml_lines import _Map
+
+
+def _template(ctx: _Ctx, value: Any, key: str, line: int, what: str) -> str:
+    """A relative output path whose only placeholder is {kernel}."""
+    example = '"generated/{kernel}.py"' if what == "generated" else '"generated/{kernel}.tuning.txtpb"'
+    s = _string(ctx, value, key, line, example)
+    rest = s.replace("{kernel}", "")
+    if "{" in rest or "}" in rest:
+        ctx.fail(
+            line, key, f"{s!r} has a placeholder other than {{kernel}}", f"use only {{kernel}}, e.g. {what}: {example}"
+        )
+    if posixpath.isabs(s) or os.path.isabs(s) or re.match(r"[A-Za-z]:", s):
+        ctx.fail(
+            line,
+            key,
+            f"{s!r} is absolute; paths are relative to the manifest's folder",
+            f"write e.g. {what}: {example}",
+        )
+    if what == "generated" and not s.endswith(".py"):
+        ctx.fail(line, key, f"the generated module {s!r} must be a .py file", f"write e.g. generated: {example}")
+    return s
+
+
+#: Longest file or folder name an output path may have: the file systems' 255 bytes, less the
+#: temp-file affixes of atomic writes.
+MAX_PATH_PART = 200
+_CACHE_SUFFIXES = (".pb", ".txtpb", ".textproto", ".pbtxt")
+
+
+def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top: _Map, root: Path) -> None:
+    """Outputs stay inside the project, and never land on a module a kernel entry names."""
+    sources = set()
+    for spec in specs:
+        for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference, spec.vendor):
+            if ref:
+                module = Path(*ref.partition(":")[0].split("."))
+                sources |= {posixpath.normpath((module.with_suffix(".py")).as_posix()),
+                            posixpath.normpath((module / "__init__.py").as_posix())}
+    real_root = root.resolve()
+    for spec in specs:
+        km = kernels[spec.name]
+        for what in ("cache", "generated"):
+            path = getattr(spec, what)
+            where = km if what in km else (top["defaults"] if "defaults" in top and what in top["defaults"] else km)
+            line = where.value_lines.get(what, spec.line)
+            key = f"kernels.{spec.name}.{what}"
+            normal = posixpath.normpath(path)
+            fix = f'keep it inside the project, e.g. {what}: "generated/{{kernel}}{".py" if what == "generated" else ".tuning.pb"}"'
+            if normal == ".." or normal.startswith("../") or normal == ".":
+                ctx.fail(line, key, f"{path!r} is outside the project folder", fix)
+            try:
+                (root / normal).resolve().relative_to(real_root)
+            except ValueError:
+                ctx.fail(line, key, f"{path!r} leads outside the project folder (through a link)", fix)
+            too_long = [part for part in normal.split("/") if len(part.encode()) > MAX_PATH_PART]
+            if too_long:
+                ctx.fail(line, key, f"a part of {path!r} is {len(too_long[0].encode())} bytes long, over the "
+                         f"{MAX_PATH_PART} a file name may take", "shorten the kernel name or the path")
+            if normal in sources:
+                ctx.fail(line, key, f"{path!r} is a module the manifest's kernels import: writing it would "
+                         f"overwrite their source", fix)
+            if what == "cache" and not normal.endswith(_CACHE_SUFFIXES):
+                ctx.fail(line, key, f"the cache {path!r} must end in {', '.join(_CACHE_SUFFIXES)} "
+                         f"(binary, or text for the last three)", 'write e.g. cache: "generated/{kernel}.tuning.pb"')
+
+
+def _check_outputs_distinct(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map) -> None:
+    """Two kernels writing the same cache or module would overwrite each other."""
+    owners: dict[str, str] = {}
+    for spec in specs:
+        for what in ("cache", "generated"):
+            path = posixpath.normpath(getattr(spec, what))
+            km = kernels[spec.name]
+            key = f"kernels.{spec.name}.{what}"
+            line = km.value_lines.get(what, spec.line)
+            if path in owners:
+                ctx.fail(
+                    line,
+                    key,
+                    f"output path {path!r} is also the {owners[path]}",
+                    "put {kernel} in the path so each kernel gets its own file",
+                )
+            owners[path] = f"{what} path of kernel {spec.name!r}"

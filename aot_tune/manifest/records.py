@@ -1,0 +1,151 @@
+"""The frozen records a validated manifest is made of: what every later stage reads.
+
+The rules that build them live in the sibling modules; the defaults here are checked against
+docs/reference/tuning-yaml.md by tests/test_docs.py.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aot_tune.cost import Cost
+from aot_tune.errors import TuneError
+from aot_tune.space import ConfigSpace, Constraint, DefaultConfig
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How to time one config (passed to the benchmark backend)."""
+
+    warmup_ms: float
+    rep_ms: float
+    l2_flush: bool
+    l2_flush_bytes: int | None  # None: twice the device's L2
+
+
+STRATEGIES = ("exhaustive", "random", "successive_halving", "surrogate")
+#: The search keys each strategy takes (``strategy`` itself aside).
+STRATEGY_KEYS: dict[str, tuple[str, ...]] = {
+    "exhaustive": (),
+    "random": ("budget", "seed"),
+    "successive_halving": ("budget", "seed", "transfer", "eta", "rungs"),
+    "surrogate": ("budget", "seed", "transfer"),
+}
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the bench stage searches one shape's configs (aot_tune.search.strategies); the budget is per shape."""
+
+    strategy: str = "exhaustive"
+    budget_configs: int | None = None
+    budget_seconds: float | None = None
+    seed: int = 0
+    transfer: bool = True
+    eta: int = 3
+    rungs: int = 3
+
+    @property
+    def exhaustive(self) -> bool:
+        return self.strategy == "exhaustive"
+
+    def canonical(self) -> dict[str, Any]:
+        """The settings this strategy takes: what its fingerprint covers and its records name."""
+        out: dict[str, Any] = {"strategy": self.strategy}
+        for key in STRATEGY_KEYS[self.strategy]:
+            if key == "budget":
+                out["budget"] = ({"configs": self.budget_configs} if self.budget_configs is not None
+                                 else {"seconds": self.budget_seconds})
+            else:
+                out[key] = getattr(self, key)
+        return out
+
+    def describe(self) -> str:
+        """One line for progress output, e.g. ``surrogate, 40 configs per shape``."""
+        if self.exhaustive:
+            return "exhaustive"
+        budget = (f"{self.budget_configs} configs" if self.budget_configs is not None
+                  else f"{self.budget_seconds:g} s")
+        return f"{self.strategy}, {budget} per shape"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel's validated entry; paths are relative to the manifest folder."""
+
+    name: str
+    kernel: str
+    launch: str
+    inputs: str
+    reference: str
+    key: tuple[str, ...]
+    space: ConfigSpace
+    shapes: tuple[tuple[int, ...], ...]
+    interpreter_shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    bench: BenchSettings
+    targets: tuple[str, ...]
+    cache: str
+    generated: str
+    line: int
+    default_config: DefaultConfig | None = None  # what the kernel runs untuned: a baseline
+    vendor: str | None = None  # the vendor implementation (module:attr, reference's signature): a baseline
+    cost: Cost | None = None  # FLOPs and bytes of a shape, for rates and floors in reports
+    compile_cost: Constraint | None = None  # a config's relative compile time: orders the compile queue
+    search: SearchSettings = SearchSettings()
+
+    def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
+        """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
+        return self.interpreter_shapes if backend == "interpreter" else self.shapes
+
+    def shape_dict(self, shape: Sequence[int]) -> dict[str, int]:
+        """``(256, 512, 64)`` -> ``{"M": 256, "N": 512, "K": 64}`` in key order."""
+        if len(shape) != len(self.key):
+            raise ValueError(
+                f"kernel {self.name!r}: shape {tuple(shape)} has {len(shape)} dims, key {self.key} has {len(self.key)}"
+            )
+        return dict(zip(self.key, shape, strict=True))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The whole validated manifest."""
+
+    path: Path
+    root: Path
+    kernels: tuple[KernelSpec, ...]
+
+    def kernel(self, name: str) -> KernelSpec:
+        """The kernel called ``name``; a TuneError listing known names if none."""
+        for spec in self.kernels:
+            if spec.name == name:
+                return spec
+        raise TuneError(self._unknown(name))
+
+    def select(self, names: Sequence[str]) -> tuple[KernelSpec, ...]:
+        """Kernels named on the command line, in that order (all when empty)."""
+        if not names:
+            return self.kernels
+        return tuple(self.kernel(n) for n in dict.fromkeys(names))
+
+    def _unknown(self, name: str) -> str:
+        known = [k.name for k in self.kernels]
+        msg = f"unknown kernel {name!r} (known: {', '.join(known) or 'none'})"
+        close = difflib.get_close_matches(name, known, n=1)
+        return f"{msg}; did you mean {close[0]!r}?" if close else msg
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Values a kernel inherits unless it overrides them."""
+
+    dtypes: tuple[str, ...] = ("float16",)
+    targets: tuple[str, ...] = ("sm80", "sm90")
+    bench: BenchSettings = BenchSettings(warmup_ms=2.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)
+    cache: str = "generated/{kernel}.tuning.pb"
+    generated: str = "generated/{kernel}.py"
+    search: SearchSettings = SearchSettings()

@@ -1,0 +1,77 @@
+"""A kernel's ``shapes`` and ``interpreter_shapes``: explicit shapes and grids, each naming
+exactly the key dims with sizes >= 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _join, _list, _mapping, _positive_int
+from aot_tune.manifest.yaml_lines import _Map
+
+
+def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """Explicit shapes first, then grid expansions; file order; duplicates dropped."""
+    example = "{" + ", ".join(f"{d}: 256" for d in dims) + "}"
+    seq = _list(ctx, value, key, line, example)
+    explicit: list[tuple[int, ...]] = []
+    grids: list[tuple[int, ...]] = []
+    for i, item in enumerate(seq):
+        sub, iline = f"{key}[{i}]", seq.item_lines[i]
+        if not isinstance(item, _Map):
+            ctx.fail(
+                iline, sub, f"expected a shape mapping, got {_describe(item)}", f"write - {example} or - grid: {{...}}"
+            )
+        if "grid" in item:
+            grids.extend(_grid(ctx, item, sub, iline, dims))
+        else:
+            explicit.append(_explicit(ctx, item, sub, iline, dims))
+    return tuple(dict.fromkeys(explicit + grids))
+
+
+def _check_dims(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> None:
+    """A shape mapping must name exactly the key dims."""
+    _mapping(ctx, m, key, line)
+    for k in m:
+        if k not in dims:
+            hint = _did_you_mean(k, dims)
+            fix = f"{hint} " if hint else ""
+            ctx.fail(
+                m.key_lines[k],
+                _join(key, k),
+                f"{k!r} is not a key dim (key: {', '.join(dims)})",
+                f"{fix}remove it, or add it to key",
+            )
+    for d in dims:
+        if d not in m:
+            ctx.fail(m.line, key, f"shape is missing key dim {d!r}", f"give every key dim: {', '.join(dims)}")
+
+
+def _explicit(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> tuple[int, ...]:
+    _check_dims(ctx, m, key, line, dims)
+    fix = "shape dims are sizes: use an integer >= 1"
+    return tuple(_positive_int(ctx, m[d], f"{key}.{d}", m.value_lines[d], fix) for d in dims)
+
+
+def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> list[tuple[int, ...]]:
+    _mapping(ctx, item, key, line)
+    extra = [k for k in item if k != "grid"]
+    if extra:
+        ctx.fail(
+            item.key_lines[extra[0]],
+            _join(key, extra[0]),
+            "a grid entry takes only the key 'grid'",
+            f"move {extra[0]} inside the grid as {extra[0]}: [...]",
+        )
+    gkey = f"{key}.grid"
+    g = _mapping(ctx, item["grid"], gkey, item.value_lines["grid"])
+    _check_dims(ctx, g, gkey, item.value_lines["grid"], dims)
+    axes = [_grid_axis(ctx, g[d], f"{gkey}.{d}", g.value_lines[d]) for d in dims]
+    return list(itertools.product(*axes))
+
+
+def _grid_axis(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[int, ...]:
+    seq = _list(ctx, value, key, line, "256, 512")
+    fix = "shape dims are sizes: use integers >= 1"
+    return tuple(_positive_int(ctx, v, f"{key}[{i}]", seq.item_lines[i], fix) for i, v in enumerate(seq))

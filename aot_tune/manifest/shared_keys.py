@@ -1,0 +1,179 @@
+"""The keys a kernel shares with ``defaults:`` (dtypes, targets, bench, search, cache,
+generated): one parser per key, so a value means the same wherever it is written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from aot_tune.manifest.checks import (_Ctx, _as_yaml, _describe, _did_you_mean, _is_int, _join, _leaf, _list,
+                                      _mapping, _positive_int, _positive_number)
+from aot_tune.manifest.output_paths import _template
+from aot_tune.manifest.records import STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, SearchSettings
+from aot_tune.manifest.yaml_lines import _Map
+
+
+_SHARED_KEYS = ("dtypes", "targets", "bench", "search", "cache", "generated")
+
+
+def _defaults(ctx: _Ctx, top: _Map) -> Defaults:
+    base = Defaults()
+    if "defaults" not in top:
+        return base
+    m = _mapping(ctx, top["defaults"], "defaults", top.key_lines["defaults"], allowed=_SHARED_KEYS)
+    return _shared(ctx, m, "defaults", base)
+
+
+def _shared(ctx: _Ctx, m: _Map, key: str, base: Defaults) -> Defaults:
+    """Apply the keys a kernel shares with ``defaults`` over ``base``."""
+    changes: dict[str, Any] = {}
+    for k in _SHARED_KEYS:
+        if k in m:
+            sub, line = _join(key, k), m.value_lines[k]
+            if k in ("cache", "generated"):
+                changes[k] = _template(ctx, m[k], sub, line, k)
+            else:
+                changes[k] = _SHARED_PARSERS[k](ctx, m[k], sub, line, base)
+    return replace(base, **changes)
+
+
+_DTYPES = {
+    "float16": "float16", "fp16": "float16", "half": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "fp32": "float32", "float": "float32",
+}  # fmt: skip
+
+
+def _dtypes(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[str, ...]:
+    seq = _list(ctx, value, key, line, "float16")
+    out = []
+    for i, v in enumerate(seq):
+        name = _DTYPES.get(v.lower()) if isinstance(v, str) else None
+        if name is None:
+            hint = _did_you_mean(str(v).lower(), _DTYPES)
+            allowed = "float16, bfloat16, float32 (aliases fp16, half, bf16, fp32, float)"
+            ctx.fail(
+                seq.item_lines[i],
+                f"{key}[{i}]",
+                f"unknown dtype {_describe(v)} (allowed: {allowed})",
+                hint or "use one of the allowed names",
+            )
+        out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+_TARGET = re.compile(r"(?:sm_?)?([1-9][0-9]{1,2})")
+
+
+def _targets(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[str, ...]:
+    seq = _list(ctx, value, key, line, "sm90")
+    out = []
+    for i, v in enumerate(seq):
+        m = _TARGET.fullmatch(str(v).strip().lower()) if _is_int(v) or isinstance(v, str) else None
+        if m is None:
+            fix = "write GPU targets as smNN, sm_NN or NN, e.g. sm80 (A100), sm90 (H100), sm100 (B200)"
+            ctx.fail(seq.item_lines[i], f"{key}[{i}]", f"unknown target {_describe(v)}", fix)
+        out.append(f"sm{m.group(1)}")
+    return tuple(dict.fromkeys(out))
+
+
+_BENCH_KEYS = ("warmup_ms", "rep_ms", "l2_flush", "l2_flush_bytes")
+
+
+def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> BenchSettings:
+    m = _mapping(ctx, value, key, line, allowed=_BENCH_KEYS)
+    changes: dict[str, Any] = {}
+    for k in m:
+        sub, vline, v = _join(key, k), m.value_lines[k], m[k]
+        if k in ("warmup_ms", "rep_ms"):
+            changes[k] = _positive_number(ctx, v, sub, vline)
+        elif k == "l2_flush":
+            if not isinstance(v, bool):
+                ctx.fail(vline, sub, f"expected true or false, got {_describe(v)}", "write l2_flush: true (or false)")
+            changes[k] = v
+        elif v is not None:
+            changes[k] = _positive_int(
+                ctx, v, sub, vline, "write a byte count such as 52428800, or null for twice the device's L2"
+            )
+        else:
+            changes[k] = None
+    return replace(base.bench, **changes)
+
+
+_SEARCH_KEYS = ("strategy", "budget", "seed", "transfer", "eta", "rungs")
+_BUDGETED = ", ".join(s for s in STRATEGIES if s != "exhaustive")
+
+
+def _search(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> SearchSettings:
+    """A search block over the inherited one; keys the resulting strategy does not take are
+    errors when written here, and are not inherited from the defaults."""
+    if isinstance(value, str):
+        ctx.fail(line, key, f"expected a mapping, got {_describe(value)}",
+                 f"write {_leaf(key)}: {{strategy: {_as_yaml(value)}, budget: {{configs: 40}}}}")
+    m = _mapping(ctx, value, key, line, allowed=_SEARCH_KEYS)
+    changes: dict[str, Any] = {}
+    for k in m:
+        sub, vline, v = _join(key, k), m.value_lines[k], m[k]
+        if k == "strategy":
+            if v not in STRATEGIES:
+                hint = _did_you_mean(v, STRATEGIES) or f"use one of: {', '.join(STRATEGIES)}"
+                ctx.fail(vline, sub, f"unknown strategy {_describe(v)} (allowed: {', '.join(STRATEGIES)})", hint)
+            changes[k] = v
+        elif k == "budget":
+            changes.update(_search_budget(ctx, v, sub, vline))
+        elif k in ("seed", "eta", "rungs"):
+            low = 0 if k == "seed" else 2
+            if not _is_int(v) or v < low:
+                ctx.fail(vline, sub, f"expected an integer >= {low}, got {_describe(v)}",
+                         f"write e.g. {k}: {max(low, 3) if k != 'seed' else 0}")
+            changes[k] = v
+        else:  # transfer
+            if not isinstance(v, bool):
+                ctx.fail(vline, sub, f"expected true or false, got {_describe(v)}", "write transfer: true (or false)")
+            changes[k] = v
+    strategy = changes.get("strategy", base.search.strategy)
+    takes = STRATEGY_KEYS[strategy]
+    for k in m:
+        if k != "strategy" and k not in takes:
+            fix = (f"remove it, or choose strategy: {_BUDGETED}" if strategy == "exhaustive"
+                   else f"remove it (strategy {strategy} takes: {', '.join(takes)})")
+            what = "exhaustive measures every config and takes no " if strategy == "exhaustive" else \
+                f"strategy {strategy} does not take "
+            ctx.fail(m.key_lines[k], _join(key, k), f"{what}{k!r}", fix)
+    inherited = {f: getattr(base.search, f) for f in SearchSettings.__dataclass_fields__}
+    merged = {**inherited, **changes}
+    defaults = SearchSettings()
+    for field_name in ("seed", "transfer", "eta", "rungs"):
+        if field_name not in takes:
+            merged[field_name] = getattr(defaults, field_name)
+    if "budget" not in takes:
+        merged["budget_configs"] = merged["budget_seconds"] = None
+    elif merged["budget_configs"] is None and merged["budget_seconds"] is None:
+        ctx.fail(line, key, f"strategy {strategy} needs a budget per shape",
+                 "add budget: {configs: 40} (configs measured per shape) or budget: {seconds: 2.0}")
+    return SearchSettings(**merged)
+
+
+def _search_budget(ctx: _Ctx, value: Any, key: str, line: int) -> dict[str, Any]:
+    m = _mapping(ctx, value, key, line, allowed=("configs", "seconds"))
+    if len(m) != 1:
+        ctx.fail(line, key, f"expected one of configs or seconds, got {len(m)} keys",
+                 "write budget: {configs: 40} or budget: {seconds: 2.0}")
+    (k,) = m
+    if k == "configs":
+        return {"budget_configs": _positive_int(ctx, m[k], _join(key, k), m.value_lines[k],
+                                                "write the number of configs measured per shape, e.g. 40"),
+                "budget_seconds": None}
+    return {"budget_configs": None,
+            "budget_seconds": _positive_number(ctx, m[k], _join(key, k), m.value_lines[k])}
+
+
+_SHARED_PARSERS: dict[str, Callable[[_Ctx, Any, str, int, Defaults], Any]] = {
+    "dtypes": _dtypes,
+    "targets": _targets,
+    "bench": _bench,
+    "search": _search,
+}

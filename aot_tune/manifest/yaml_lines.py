@@ -1,0 +1,94 @@
+"""A YAML loader that remembers lines, so every manifest error can name the line it is about.
+
+Mappings load as :class:`_Map` and sequences as :class:`_Seq`; duplicate keys are recorded, not
+raised, because only the validator knows the key path to report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+
+class _Map(dict):
+    """A YAML mapping that remembers the line of each key and value.
+
+    Duplicate keys are recorded instead of raised: the validator knows the
+    dotted key path, the loader does not.
+    """
+
+    def __init__(self, line: int) -> None:
+        super().__init__()
+        self.line = line
+        self.key_lines: dict[Any, int] = {}
+        self.value_lines: dict[Any, int] = {}
+        self.duplicates: list[tuple[Any, int, int]] = []  # (key, line, first line)
+
+
+class _Seq(list):
+    """A YAML sequence that remembers the line of each item."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__()
+        self.line = line
+        self.item_lines: list[int] = []
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader that builds _Map/_Seq so errors can point at lines."""
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _construct_key(loader: _LineLoader, node: yaml.MappingNode, key_node: yaml.Node) -> Any:
+    key = loader.construct_object(key_node, deep=True)
+    try:
+        hash(key)
+    except TypeError:
+        raise yaml.constructor.ConstructorError(
+            "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
+        ) from None
+    return key
+
+
+def _record_duplicates(loader: _LineLoader, node: yaml.MappingNode, out: _Map) -> None:
+    """Find keys written twice in this mapping (merge keys ``<<`` excluded)."""
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:
+            continue
+        key = _construct_key(loader, node, key_node)
+        if key in first:
+            out.duplicates.append((key, _line(key_node), first[key]))
+        else:
+            first[key] = _line(key_node)
+
+
+def _construct_map(loader: _LineLoader, node: yaml.MappingNode):
+    out = _Map(_line(node))
+    yield out
+    _record_duplicates(loader, node, out)
+    loader.flatten_mapping(node)
+    for key_node, value_node in node.value:
+        key = _construct_key(loader, node, key_node)
+        out[key] = loader.construct_object(value_node, deep=False)
+        out.key_lines[key] = _line(key_node)
+        out.value_lines[key] = _line(value_node)
+
+
+def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode):
+    out = _Seq(_line(node))
+    yield out
+    for child in node.value:
+        out.append(loader.construct_object(child, deep=False))
+        out.item_lines.append(_line(child))
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
