@@ -10,7 +10,7 @@ every invocation, so it has to load in a few milliseconds.
 
 The schema and its rules are documented once, in docs/reference/tuning-yaml.md
 (its defaults are checked against :class:`Defaults` and :class:`SearchSettings`
-by tests/test_docs.py).
+by tests/unit/test_docs.py).
 """
 
 from __future__ import annotations
