@@ -12,7 +12,7 @@ For sampled configs of the repo's kernels on the shapes of tuning.yaml, each con
 
 It prints wall time per config, the share of wall time the GPU spent in the measured kernel
 launches, and the spread of repeated medians of one config ((max - min) / median; lower is more
-repeatable). Then it sends planted faults (tools/planted_kernels.py) through a real device
+repeatable). Then it sends planted faults (tests/fixtures/planted_kernels.py) through a real device
 worker pool: a wrong result, NaN, an illegal memory access and a hang, each followed by a good
 config, to show rejection and isolation; then all of them in one batch with good configs between,
 to show that a pipelined pass still pins each fault on its own config.
@@ -191,7 +191,7 @@ def report(rows, totals, args) -> None:
 
 
 def planted_request(fault: int, block: int, settings) -> BenchRequest:
-    return BenchRequest(kernel="planted", root=str(ROOT / "tools"), launch_ref="planted_kernels:launch",
+    return BenchRequest(kernel="planted", root=str(ROOT / "tests" / "fixtures"), launch_ref="planted_kernels:launch",
                         inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
                         shape=(("n", 1 << 20),), dtype="float32", config_id=f"fault{fault}-block{block}",
                         config=(("BLOCK", block), ("FAULT", fault)), settings=settings)
@@ -205,7 +205,7 @@ def planted_faults(timeout_s: float) -> None:
 
     settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
     names = ["correct", "wrong result", "NaN output", "illegal memory access", "hang"]
-    print("\nplanted faults (tools/planted_kernels.py) through the device worker pool:")
+    print("\nplanted faults (tests/fixtures/planted_kernels.py) through the device worker pool:")
     with tempfile.TemporaryDirectory() as cache:
         pool = DevicePool("cuda", 1, cache)
         try:

@@ -1,6 +1,6 @@
 """The bench engine: statistics, the noise-aware pick, input rotation, and fault isolation.
 
-The fault tests send planted configs (tools/planted_kernels.py) through a real interpreter
+The fault tests send planted configs (tests/fixtures/planted_kernels.py) through a real interpreter
 device worker: a process that segfaults or hangs costs only its own config, the worker comes
 back, and wrong or NaN outputs are rejected with their error.
 """
@@ -140,7 +140,7 @@ def test_a_fault_with_several_configs_on_the_device_is_pinned_on_its_culprit(tmp
     """A GPU pass has several configs' work queued at once. When the worker dies or hangs with
     all of a batch named as on the device, the pool measures each suspect again on its own: the
     crash and the hang are blamed on their configs alone, and the others are measured."""
-    import suspects_worker
+    from fixtures import suspects_worker
 
     from aot_tune.bench import pool as pool_module
 
