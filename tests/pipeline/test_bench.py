@@ -158,20 +158,10 @@ def test_a_fault_with_several_configs_on_the_device_is_pinned_on_its_culprit(tmp
 
 
 def test_the_pass_profile_charges_idle_gaps_to_the_innermost_host_step():
-    """tools/profile_bench_pass.py: busy time is the union of kernel intervals; each idle gap is
+    """tools.bench.profile_bench_pass: busy time is the union of kernel intervals; each idle gap is
     charged to the innermost host step running meanwhile, the rest to 'between steps'."""
-    import importlib.util
-    import sys
+    from tools.bench import profile_bench_pass as tool
 
-    from tunerun import REPO
-
-    sys.path.insert(0, str(REPO / "tools"))
-    try:
-        spec = importlib.util.spec_from_file_location("profile_bench_pass", REPO / "tools" / "profile_bench_pass.py")
-        tool = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(tool)
-    finally:
-        sys.path.remove(str(REPO / "tools"))
     assert tool.merged([(20.0, 25.0), (0.0, 10.0), (5.0, 12.0)]) == [(0.0, 12.0), (20.0, 25.0)]
     assert tool.merged([]) == []
     steps = [(0.0, 30.0, "outer"), (14.0, 18.0, "inner"), (32.0, 34.0, "inner")]

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter"]
 PYPROJECT = '[tool.doit]\nloader = "aot_tune"\nbackend = "sqlite3"\ndep_file = ".aot_tune/doit.sqlite3"\n'
 

@@ -30,13 +30,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from aot_tune.bench.engine.measure import Workload, measure_configs, warm_up_graphs
+from aot_tune.bench.runner import BenchRequest
+from aot_tune.manifest import load_manifest
+from aot_tune.space import Config
 
-from aot_tune.bench.engine.measure import Workload, measure_configs, warm_up_graphs  # noqa: E402
-from aot_tune.bench.runner import BenchRequest  # noqa: E402
-from aot_tune.manifest import load_manifest  # noqa: E402
-from aot_tune.space import Config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sampled_configs(spec, shape, count: int, rng: random.Random) -> list[Config]:

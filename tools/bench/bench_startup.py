@@ -35,11 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools.bench.gemm_manifest import gemm_manifest
 
-from gemm_manifest import gemm_manifest  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter"]
 #: BLOCK_M/N/K in {16, 32}: small enough that the interpreter measures each in well under a second.
 SPACE = {"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16, 32], "GROUP_M": [8], "num_warps": [4],

@@ -38,12 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEQUENTIAL_CACHE = tempfile.mkdtemp(prefix="aot_tune-seq-cache-")
 atexit.register(shutil.rmtree, SEQUENTIAL_CACHE, True)  # cubins of hundreds of configs add up
 os.environ["TRITON_CACHE_DIR"] = SEQUENTIAL_CACHE  # before triton is imported, for the sequential pass
 os.environ.pop("TRITON_INTERPRET", None)
-sys.path.insert(0, str(ROOT))
 
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config, cost_estimate, longest_first  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402

@@ -51,13 +51,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+from aot_tune.space import Config, ConfigSpace
+from tools.bench.gemm_manifest import gemm_manifest
 
-from gemm_manifest import gemm_manifest  # noqa: E402
-
-from aot_tune.space import Config, ConfigSpace  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 PAPER_SPACE = ConfigSpace(params=(
     ("BLOCK_M", (32, 64, 128, 256)), ("BLOCK_N", (32, 64, 128, 256)), ("BLOCK_K", (32, 64, 128, 256)),
@@ -354,7 +351,7 @@ def orchestrate(args) -> int:
                             "default": default.resolve({"M": s[0], "N": s[1], "K": s[2]}).as_dict(),
                             "repo_table": repo.get((*s, "float16"))} for s in shapes]}
         write_json(scratch / "retime-spec.json", spec)
-        wall, proc = run_timed([sys.executable, str(Path(__file__).resolve()), "--internal-retime",
+        wall, proc = run_timed([sys.executable, "-m", __spec__.name, "--internal-retime",
                                 str(scratch / "retime-spec.json")], ROOT, child_env(),
                                max(deadline - time.perf_counter(), 60.0))
         retimed = json.loads(Path(spec["result"]).read_text()) if Path(spec["result"]).exists() else {"shapes": []}
@@ -383,7 +380,7 @@ def run_triton(scratch: Path, configs: list[Config], shapes: list, args, limit: 
     spec = {"cache_dir": str(cache), "interpreter": args.interpreter, "configs": [c.as_dict() for c in configs],
             "shapes": shapes, "progress": str(scratch / "triton.json")}
     write_json(scratch / "triton-spec.json", spec)
-    wall, proc = run_timed([sys.executable, str(Path(__file__).resolve()), "--internal-triton",
+    wall, proc = run_timed([sys.executable, "-m", __spec__.name, "--internal-triton",
                             str(scratch / "triton-spec.json")], ROOT, child_env(TRITON_CACHE_DIR=str(cache)), limit)
     progress = Path(spec["progress"])
     done = json.loads(progress.read_text())["shapes"] if progress.exists() else []

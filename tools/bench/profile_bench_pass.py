@@ -22,15 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+from aot_tune.bench import measure
+from aot_tune.bench.nvml import GpuClocks
+from aot_tune.manifest import load_manifest
+from tools.bench.bench_overhead import request_for, sampled_configs
 
-from bench_overhead import request_for, sampled_configs  # noqa: E402
-
-from aot_tune.bench import measure  # noqa: E402
-from aot_tune.bench.nvml import GpuClocks  # noqa: E402
-from aot_tune.manifest import load_manifest  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Host steps timed during the profiled passes: (owner, attribute, label). Nested steps win.
 HOST_STEPS = (
@@ -177,7 +174,7 @@ def main() -> int:
         for requests in passes:
             list(measure.measure_configs(requests, measure.Workload(requests[0], "cuda:0"), "cuda", l2_bytes))
         return 0
-    subprocess.run([sys.executable, __file__, "--compile-only", "--configs", str(args.configs), "--seed",
+    subprocess.run([sys.executable, "-m", __spec__.name, "--compile-only", "--configs", str(args.configs), "--seed",
                     str(args.seed)] + [f"--shape={s}" for s in args.shape], check=True)
     torch.ones(1, device="cuda").add_(1)  # the CUDA context and torch's elementwise kernels, before profiling
     measure.warm_up_graphs("cuda:0")  # as a device worker does when it opens its GPU

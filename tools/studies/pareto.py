@@ -41,13 +41,12 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from aot_tune import cache as cache_io
+from aot_tune.manifest import SearchSettings, load_manifest
+from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite
+from aot_tune.tuning_schema import TuningCache, TuningRecord
 
-from aot_tune import cache as cache_io  # noqa: E402
-from aot_tune.manifest import SearchSettings, load_manifest  # noqa: E402
-from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite  # noqa: E402
-from aot_tune.tuning_schema import TuningCache, TuningRecord  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 #: label -> settings other than the budget and seed
 STRATEGIES = {

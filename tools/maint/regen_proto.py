@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO = ROOT / "aot_tune" / "tuning.proto"
 SCHEMA = ROOT / "aot_tune" / "tuning_schema.py"
 
