@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from aot_tune.bench import measure
+from aot_tune.bench.engine import measure
 from aot_tune.bench.nvml import GpuClocks
 from aot_tune.manifest import load_manifest
 from tools.bench.bench_overhead import request_for, sampled_configs
