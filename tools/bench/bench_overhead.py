@@ -17,7 +17,7 @@ worker pool: a wrong result, NaN, an illegal memory access and a hang, each foll
 config, to show rejection and isolation; then all of them in one batch with good configs between,
 to show that a pipelined pass still pins each fault on its own config.
 
-Usage (GPU machine): PYTHONPATH=. python3 tools/bench_overhead.py [--configs 8] [--repeats 3]
+Usage (GPU machine): python3 -m tools.bench.bench_overhead [--configs 8] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ def main() -> None:
         sys.exit("bench_overhead: needs a CUDA GPU (compares GPU timing engines)")
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name(0)}, "
           f"triton {triton.__version__}, torch {torch.__version__}")
-    print(f"# PYTHONPATH=. python3 tools/bench_overhead.py {' '.join(sys.argv[1:])}")
+    print(f"# python3 -m tools.bench.bench_overhead {' '.join(sys.argv[1:])}")
     compare(args)
     if not args.skip_faults:
         planted_faults(args.fault_timeout)

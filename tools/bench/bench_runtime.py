@@ -17,8 +17,8 @@ Three measurements on ``kernels/vector_add.py`` (``add_kernel`` is decorated wit
 
 On a GPU machine, from the repository root (needs torch and triton, not doit):
 
-    PYTHONPATH=. python3 tools/bench_runtime.py
-    PYTHONPATH=. python3 tools/bench_runtime.py --calls 20000 --repeats 7 --fresh 5
+    python3 -m tools.bench.bench_runtime
+    python3 -m tools.bench.bench_runtime --calls 20000 --repeats 7 --fresh 5
 
 On a CPU-only machine it stops with a message unless ``--interpreter`` is given: then everything
 runs under the Triton interpreter (a wall-clock ``do_bench`` stands in for Triton's CUDA one), which
@@ -252,7 +252,7 @@ def header(args) -> str:
     else:
         device = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores)"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "PYTHONPATH=. python3 tools/bench_runtime.py " + " ".join(sys.argv[1:])
+    command = "python3 -m tools.bench.bench_runtime " + " ".join(sys.argv[1:])
     return (f"command: {command.strip()}\ndevice: {device}\ndate: {now}\n"
             f"versions: Python {platform.python_version()}, triton {triton.__version__}, torch {torch.__version__}\n"
             f"kernel: vector_add, n={args.n}, {args.dtype}")

@@ -24,9 +24,9 @@ its numbers (and saves them with ``--out``) as it ends, so a run cut short keeps
 
 Usage, from the repository root (doit importable, e.g. its wheel on PYTHONPATH):
 
-    PYTHONPATH=. python3 tools/compare_triton_autotune.py --out results      # 60 configs, 8 shapes
-    PYTHONPATH=. python3 tools/compare_triton_autotune.py --configs 576 --shapes 64 --budget-s 3600
-    PYTHONPATH=. python3 tools/compare_triton_autotune.py --interpreter --configs 2 --shapes 2 \\
+    python3 -m tools.bench.compare_triton_autotune --out results      # 60 configs, 8 shapes
+    python3 -m tools.bench.compare_triton_autotune --configs 576 --shapes 64 --budget-s 3600
+    python3 -m tools.bench.compare_triton_autotune --interpreter --configs 2 --shapes 2 \\
         --sizes 16,32 --max-block 32        # the CPU: every phase under the Triton interpreter
 
 The defaults fit one 10-minute command (budget 570 s): phase 1 runs to completion, phase 3 gets
@@ -100,7 +100,7 @@ def manifest_text(configs: list[Config], shapes: list[tuple[int, int, int]], tar
     member = " or ".join("(" + " and ".join(f"{k} == {v}" for k, v in c.params) + ")" for c in configs)
     return gemm_manifest(f"  targets: [{target}]\n  bench: {{warmup_ms: 2, rep_ms: 20, l2_flush: true}}\n",
                          values, member, shapes,
-                         header="# Written by tools/compare_triton_autotune.py: the sampled configs and shapes, nothing else.\n")
+                         header="# Written by tools.bench.compare_triton_autotune: the sampled configs and shapes, nothing else.\n")
 
 
 # -- running the phases ---------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def orchestrate(args) -> int:
     target, device_name = local_target(args.interpreter)
     header = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "device": device_name,
               "target": target, "cores": os.cpu_count(), "python": sys.version.split()[0],
-              "command": "PYTHONPATH=. python3 tools/compare_triton_autotune.py " + " ".join(sys.argv[1:]),
+              "command": "python3 -m tools.bench.compare_triton_autotune " + " ".join(sys.argv[1:]),
               "configs": [c.as_dict() for c in configs], "shapes": shapes, "seed": args.seed}
     results = Results(args.out, header)
     print(f"# {header['date']}, {device_name} ({target}), {os.cpu_count()} CPU cores\n# {header['command']}\n"

@@ -4,7 +4,7 @@ warm-up, the reference comparison) and idle gaps, and charge every idle gap to t
 that was running meanwhile (the check's launch, the comparison, the warm-up probe, a graph
 capture, ...). Needs a CUDA GPU.
 
-    python tools/profile_bench_pass.py --shape 4096,4096,4096 --shape 256,256,256 --configs 24
+    python -m tools.bench.profile_bench_pass --shape 4096,4096,4096 --shape 256,256,256 --configs 24
 
 The configs are first compiled in a child process (filling Triton's disk cache, as the compile
 stage does), so the profiled passes see what a bench task sees: each config's first launch in
@@ -166,7 +166,7 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile
 
     if not torch.cuda.is_available():
-        raise SystemExit("profile_bench_pass.py needs a CUDA GPU; fix: run it on the GPU host")
+        raise SystemExit("tools.bench.profile_bench_pass needs a CUDA GPU; fix: run it on the GPU host")
     passes = requests_for(args)
     props = torch.cuda.get_device_properties(0)
     l2_bytes = props.L2_cache_size

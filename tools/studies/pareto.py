@@ -20,8 +20,8 @@ Each phase prints its results as it ends. Runs where doit is importable (carry i
 PYTHONPATH where it is not installed). --deadline-s skips validation runs that would not finish
 in time. `--backend interpreter` runs the flow on a CPU (tiny shapes, e.g. --kernel vector_add).
 
-Usage: PYTHONPATH=. python3 tools/pareto.py --out pareto-out
-       PYTHONPATH=. python3 tools/pareto.py --out again --records pareto-out/exhaustive.tuning.pb
+Usage: python3 -m tools.studies.pareto --out pareto-out
+       python3 -m tools.studies.pareto --out again --records pareto-out/exhaustive.tuning.pb
 """
 from __future__ import annotations
 
@@ -352,7 +352,7 @@ def main() -> None:
     began = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     spec = load_manifest(ROOT / "tuning.yaml").kernel(args.kernel)
-    report: dict = {"command": "PYTHONPATH=. python3 tools/pareto.py " + " ".join(sys.argv[1:]),
+    report: dict = {"command": "python3 -m tools.studies.pareto " + " ".join(sys.argv[1:]),
                     "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "kernel": args.kernel,
                     "dtype": args.dtype, "cpu_cores": os.cpu_count(), "phases_s": {}}
     print(f"# {report['date']}, {report['command']}", flush=True)
