@@ -77,13 +77,13 @@ def executed(proc: subprocess.CompletedProcess) -> list[str]:
 
 
 def planted(fault: int, block: int = 64, n: int = 300, settings=None):
-    """A bench request for one config of tools/planted_kernels.py (``FAULT``: 0 correct, 1 wrong,
+    """A bench request for one config of tests/fixtures/planted_kernels.py (``FAULT``: 0 correct, 1 wrong,
     2 NaN, 3 illegal address, 4 hang), id ``fault<F>-block<B>``."""
     from aot_tune.bench.runner import BenchRequest
     from aot_tune.manifest import BenchSettings
 
     return BenchRequest(
-        kernel="planted", root=str(REPO / "tools"), launch_ref="planted_kernels:launch",
+        kernel="planted", root=str(REPO / "tests" / "fixtures"), launch_ref="planted_kernels:launch",
         inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
         shape=(("n", n),), dtype="float32", config_id=f"fault{fault}-block{block}",
         config=(("BLOCK", block), ("FAULT", fault)),

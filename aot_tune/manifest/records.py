@@ -1,7 +1,7 @@
 """The frozen records a validated manifest is made of: what every later stage reads.
 
 The rules that build them live in the sibling modules; the defaults here are checked against
-docs/reference/tuning-yaml.md by tests/test_docs.py.
+docs/reference/tuning-yaml.md by tests/unit/test_docs.py.
 """
 
 from __future__ import annotations

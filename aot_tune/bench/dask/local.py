@@ -1,5 +1,5 @@
 """A Dask scheduler and bench workers on this machine, as subprocesses: to try ``--executor dask``
-on one host, and for the tests and tools/bench_distributed.py.
+on one host, and for the tests and tools.bench.bench_distributed.
 
     with LocalCluster(folder, gpus=["0", "1"]) as cluster:   # or interpreter=2 on a CPU
         ... doit tune --executor dask --scheduler {cluster.scheduler_file}

@@ -135,8 +135,8 @@ def test_bench_compile_projects_a_chunk_by_its_share_of_the_worker_time(tmp_path
     seq = {"pass": "sequential", "wall_s": 0.9, "jobs": 2, "cores": 2, "results": [result("a", 0.9)]}
     (tmp_path / "fan.json").write_text(json.dumps(fan))
     (tmp_path / "seq.json").write_text(json.dumps(seq))
-    out = subprocess.run([sys.executable, str(REPO / "tools" / "bench_compile.py"), "--report",
+    out = subprocess.run([sys.executable, "-m", "tools.bench.bench_compile", "--report",
                           str(tmp_path / "fan.json"), str(tmp_path / "seq.json")],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+                         cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout
     assert "projected   sequential     92.7 s for all 4 configs, from 1 measured (0.9 s x 103.00" in out, out
     assert "0.92x  (fan-out vs PROJECTED sequential)" in out, out

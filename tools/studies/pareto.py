@@ -20,8 +20,8 @@ Each phase prints its results as it ends. Runs where doit is importable (carry i
 PYTHONPATH where it is not installed). --deadline-s skips validation runs that would not finish
 in time. `--backend interpreter` runs the flow on a CPU (tiny shapes, e.g. --kernel vector_add).
 
-Usage: PYTHONPATH=. python3 tools/pareto.py --out pareto-out
-       PYTHONPATH=. python3 tools/pareto.py --out again --records pareto-out/exhaustive.tuning.pb
+Usage: python3 -m tools.studies.pareto --out pareto-out
+       python3 -m tools.studies.pareto --out again --records pareto-out/exhaustive.tuning.pb
 """
 from __future__ import annotations
 
@@ -41,13 +41,12 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from aot_tune import cache as cache_io
+from aot_tune.manifest import SearchSettings, load_manifest
+from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite
+from aot_tune.tuning_schema import TuningCache, TuningRecord
 
-from aot_tune import cache as cache_io  # noqa: E402
-from aot_tune.manifest import SearchSettings, load_manifest  # noqa: E402
-from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite  # noqa: E402
-from aot_tune.tuning_schema import TuningCache, TuningRecord  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 #: label -> settings other than the budget and seed
 STRATEGIES = {
@@ -353,7 +352,7 @@ def main() -> None:
     began = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     spec = load_manifest(ROOT / "tuning.yaml").kernel(args.kernel)
-    report: dict = {"command": "PYTHONPATH=. python3 tools/pareto.py " + " ".join(sys.argv[1:]),
+    report: dict = {"command": "python3 -m tools.studies.pareto " + " ".join(sys.argv[1:]),
                     "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "kernel": args.kernel,
                     "dtype": args.dtype, "cpu_cores": os.cpu_count(), "phases_s": {}}
     print(f"# {report['date']}, {report['command']}", flush=True)

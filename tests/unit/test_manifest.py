@@ -14,7 +14,7 @@ import pytest
 from aot_tune.errors import ManifestError, TuneError
 from aot_tune.manifest import BenchSettings, KernelSpec, Manifest, SearchSettings, load_manifest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 BASE = """\
 version: 1

@@ -14,7 +14,7 @@ from aot_tune import codegen
 from aot_tune.cache import config_from_proto, config_to_proto
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = ("M", "N")
 MEASURED_AT = "2025-03-04T05:06:07+00:00"
 

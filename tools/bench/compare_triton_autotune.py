@@ -24,9 +24,9 @@ its numbers (and saves them with ``--out``) as it ends, so a run cut short keeps
 
 Usage, from the repository root (doit importable, e.g. its wheel on PYTHONPATH):
 
-    PYTHONPATH=. python3 tools/compare_triton_autotune.py --out results      # 60 configs, 8 shapes
-    PYTHONPATH=. python3 tools/compare_triton_autotune.py --configs 576 --shapes 64 --budget-s 3600
-    PYTHONPATH=. python3 tools/compare_triton_autotune.py --interpreter --configs 2 --shapes 2 \\
+    python3 -m tools.bench.compare_triton_autotune --out results      # 60 configs, 8 shapes
+    python3 -m tools.bench.compare_triton_autotune --configs 576 --shapes 64 --budget-s 3600
+    python3 -m tools.bench.compare_triton_autotune --interpreter --configs 2 --shapes 2 \\
         --sizes 16,32 --max-block 32        # the CPU: every phase under the Triton interpreter
 
 The defaults fit one 10-minute command (budget 570 s): phase 1 runs to completion, phase 3 gets
@@ -51,13 +51,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+from aot_tune.space import Config, ConfigSpace
+from tools.bench.gemm_manifest import gemm_manifest
 
-from gemm_manifest import gemm_manifest  # noqa: E402
-
-from aot_tune.space import Config, ConfigSpace  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 PAPER_SPACE = ConfigSpace(params=(
     ("BLOCK_M", (32, 64, 128, 256)), ("BLOCK_N", (32, 64, 128, 256)), ("BLOCK_K", (32, 64, 128, 256)),
@@ -103,7 +100,7 @@ def manifest_text(configs: list[Config], shapes: list[tuple[int, int, int]], tar
     member = " or ".join("(" + " and ".join(f"{k} == {v}" for k, v in c.params) + ")" for c in configs)
     return gemm_manifest(f"  targets: [{target}]\n  bench: {{warmup_ms: 2, rep_ms: 20, l2_flush: true}}\n",
                          values, member, shapes,
-                         header="# Written by tools/compare_triton_autotune.py: the sampled configs and shapes, nothing else.\n")
+                         header="# Written by tools.bench.compare_triton_autotune: the sampled configs and shapes, nothing else.\n")
 
 
 # -- running the phases ---------------------------------------------------------------------------
@@ -308,7 +305,7 @@ def orchestrate(args) -> int:
     target, device_name = local_target(args.interpreter)
     header = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "device": device_name,
               "target": target, "cores": os.cpu_count(), "python": sys.version.split()[0],
-              "command": "PYTHONPATH=. python3 tools/compare_triton_autotune.py " + " ".join(sys.argv[1:]),
+              "command": "python3 -m tools.bench.compare_triton_autotune " + " ".join(sys.argv[1:]),
               "configs": [c.as_dict() for c in configs], "shapes": shapes, "seed": args.seed}
     results = Results(args.out, header)
     print(f"# {header['date']}, {device_name} ({target}), {os.cpu_count()} CPU cores\n# {header['command']}\n"
@@ -354,7 +351,7 @@ def orchestrate(args) -> int:
                             "default": default.resolve({"M": s[0], "N": s[1], "K": s[2]}).as_dict(),
                             "repo_table": repo.get((*s, "float16"))} for s in shapes]}
         write_json(scratch / "retime-spec.json", spec)
-        wall, proc = run_timed([sys.executable, str(Path(__file__).resolve()), "--internal-retime",
+        wall, proc = run_timed([sys.executable, "-m", __spec__.name, "--internal-retime",
                                 str(scratch / "retime-spec.json")], ROOT, child_env(),
                                max(deadline - time.perf_counter(), 60.0))
         retimed = json.loads(Path(spec["result"]).read_text()) if Path(spec["result"]).exists() else {"shapes": []}
@@ -383,7 +380,7 @@ def run_triton(scratch: Path, configs: list[Config], shapes: list, args, limit: 
     spec = {"cache_dir": str(cache), "interpreter": args.interpreter, "configs": [c.as_dict() for c in configs],
             "shapes": shapes, "progress": str(scratch / "triton.json")}
     write_json(scratch / "triton-spec.json", spec)
-    wall, proc = run_timed([sys.executable, str(Path(__file__).resolve()), "--internal-triton",
+    wall, proc = run_timed([sys.executable, "-m", __spec__.name, "--internal-triton",
                             str(scratch / "triton-spec.json")], ROOT, child_env(TRITON_CACHE_DIR=str(cache)), limit)
     progress = Path(spec["progress"])
     done = json.loads(progress.read_text())["shapes"] if progress.exists() else []

@@ -6,17 +6,17 @@ is what ``@triton.autotune`` does on the first call. Fan-out: aot_tune's compile
 long-lived process per core, largest configs first). Floor: the larger of the sum of the
 sequential compile times over the workers and the slowest single compile.
 
-    python tools/bench_compile.py                          # all 576 configs: fan-out, then sequential
-    python tools/bench_compile.py --configs 48 --seed 1    # a seeded sample (small machines)
-    python tools/bench_compile.py --space manifest         # tuning.yaml's gemm space for --shape
+    python -m tools.bench.bench_compile                          # all 576 configs: fan-out, then sequential
+    python -m tools.bench.bench_compile --configs 48 --seed 1    # a seeded sample (small machines)
+    python -m tools.bench.bench_compile --space manifest         # tuning.yaml's gemm space for --shape
 
 The sequential pass over the full space takes over an hour on a 16-core host, so it can be split
 into balanced chunks, each its own command, with every pass saved and combined afterwards
 (``--report`` needs neither a GPU nor Triton):
 
-    python tools/bench_compile.py --pass fanout --save fan.json
-    python tools/bench_compile.py --pass sequential --chunk 1/12 --save seq-01.json   # ... 12/12
-    python tools/bench_compile.py --report fan.json seq-*.json
+    python -m tools.bench.bench_compile --pass fanout --save fan.json
+    python -m tools.bench.bench_compile --pass sequential --chunk 1/12 --save seq-01.json   # ... 12/12
+    python -m tools.bench.bench_compile --report fan.json seq-*.json
 
 With only some chunks (or a ``--configs`` sample) run sequentially, the report also projects the
 sequential time of the whole fan-out set from the configs measured (scaled by their share of the
@@ -38,12 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEQUENTIAL_CACHE = tempfile.mkdtemp(prefix="aot_tune-seq-cache-")
 atexit.register(shutil.rmtree, SEQUENTIAL_CACHE, True)  # cubins of hundreds of configs add up
 os.environ["TRITON_CACHE_DIR"] = SEQUENTIAL_CACHE  # before triton is imported, for the sequential pass
 os.environ.pop("TRITON_INTERPRET", None)
-sys.path.insert(0, str(ROOT))
 
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config, compile_time_estimate, longest_first  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402

@@ -12,12 +12,12 @@ For sampled configs of the repo's kernels on the shapes of tuning.yaml, each con
 
 It prints wall time per config, the share of wall time the GPU spent in the measured kernel
 launches, and the spread of repeated medians of one config ((max - min) / median; lower is more
-repeatable). Then it sends planted faults (tools/planted_kernels.py) through a real device
+repeatable). Then it sends planted faults (tests/fixtures/planted_kernels.py) through a real device
 worker pool: a wrong result, NaN, an illegal memory access and a hang, each followed by a good
 config, to show rejection and isolation; then all of them in one batch with good configs between,
 to show that a pipelined pass still pins each fault on its own config.
 
-Usage (GPU machine): PYTHONPATH=. python3 tools/bench_overhead.py [--configs 8] [--repeats 3]
+Usage (GPU machine): python3 -m tools.bench.bench_overhead [--configs 8] [--repeats 3]
 """
 from __future__ import annotations
 
@@ -30,13 +30,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from aot_tune.bench.engine.measure import Workload, measure_configs, warm_up_graphs
+from aot_tune.bench.runner import BenchRequest
+from aot_tune.manifest import load_manifest
+from aot_tune.space import Config
 
-from aot_tune.bench.engine.measure import Workload, measure_configs, warm_up_graphs  # noqa: E402
-from aot_tune.bench.runner import BenchRequest  # noqa: E402
-from aot_tune.manifest import load_manifest  # noqa: E402
-from aot_tune.space import Config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def sampled_configs(spec, shape, count: int, rng: random.Random) -> list[Config]:
@@ -191,7 +190,7 @@ def report(rows, totals, args) -> None:
 
 
 def planted_request(fault: int, block: int, settings) -> BenchRequest:
-    return BenchRequest(kernel="planted", root=str(ROOT / "tools"), launch_ref="planted_kernels:launch",
+    return BenchRequest(kernel="planted", root=str(ROOT / "tests" / "fixtures"), launch_ref="planted_kernels:launch",
                         inputs_ref="planted_kernels:make_inputs", reference_ref="planted_kernels:reference",
                         shape=(("n", 1 << 20),), dtype="float32", config_id=f"fault{fault}-block{block}",
                         config=(("BLOCK", block), ("FAULT", fault)), settings=settings)
@@ -205,7 +204,7 @@ def planted_faults(timeout_s: float) -> None:
 
     settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
     names = ["correct", "wrong result", "NaN output", "illegal memory access", "hang"]
-    print("\nplanted faults (tools/planted_kernels.py) through the device worker pool:")
+    print("\nplanted faults (tests/fixtures/planted_kernels.py) through the device worker pool:")
     with tempfile.TemporaryDirectory() as cache:
         pool = DevicePool("cuda", 1, cache)
         try:
@@ -252,7 +251,7 @@ def main() -> None:
         sys.exit("bench_overhead: needs a CUDA GPU (compares GPU timing engines)")
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.get_device_name(0)}, "
           f"triton {triton.__version__}, torch {torch.__version__}")
-    print(f"# PYTHONPATH=. python3 tools/bench_overhead.py {' '.join(sys.argv[1:])}")
+    print(f"# python3 -m tools.bench.bench_overhead {' '.join(sys.argv[1:])}")
     compare(args)
     if not args.skip_faults:
         planted_faults(args.fault_timeout)

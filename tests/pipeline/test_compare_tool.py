@@ -1,9 +1,9 @@
-"""tools/compare_triton_autotune.py on the CPU: its samples and generated manifest (exactly the
+"""tools.bench.compare_triton_autotune on the CPU: its samples and generated manifest (exactly the
 sampled configs, for the paper-size run the lead makes on a GPU), its budget cut, and one whole
 run of every phase under the Triton interpreter on tiny shapes."""
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -14,15 +14,12 @@ from tunerun import REPO, subprocess_env
 
 from aot_tune.manifest import load_manifest
 
-TOOL = REPO / "tools" / "compare_triton_autotune.py"
+TOOL = "tools.bench.compare_triton_autotune"
 
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("compare_triton_autotune", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(TOOL)
 
 
 def test_samples_are_seeded_subsets_of_the_paper(tool):
@@ -86,7 +83,7 @@ def test_summary_ratios_and_targets(tool):
 
 def test_every_phase_runs_under_the_interpreter(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(TOOL), "--interpreter", "--configs", "2", "--shapes", "2", "--sizes", "16,32",
+        [sys.executable, "-m", TOOL, "--interpreter", "--configs", "2", "--shapes", "2", "--sizes", "16,32",
          "--max-block", "32", "--repeats", "2", "--out", str(tmp_path)],
         cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

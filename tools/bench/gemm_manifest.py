@@ -1,5 +1,5 @@
 """The GEMM of kernels/gemm.py as a tuning.yaml, for the tools that tune a space and shapes of
-their own (tools/bench_startup.py, tools/compare_triton_autotune.py)."""
+their own (tools.bench.bench_startup, tools.bench.compare_triton_autotune)."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
 """The bench engine: statistics, the noise-aware pick, input rotation, and fault isolation.
 
-The fault tests send planted configs (tools/planted_kernels.py) through a real interpreter
+The fault tests send planted configs (tests/fixtures/planted_kernels.py) through a real interpreter
 device worker: a process that segfaults or hangs costs only its own config, the worker comes
 back, and wrong or NaN outputs are rejected with their error.
 """
@@ -141,9 +141,9 @@ def test_a_fault_with_several_configs_on_the_device_is_pinned_on_its_culprit(tmp
     """A GPU pass has several configs' work queued at once. When the worker dies or hangs with
     all of a batch named as on the device, the pool measures each suspect again on its own: the
     crash and the hang are blamed on their configs alone, and the others are measured."""
-    import suspects_worker
+    from fixtures import suspects_worker
 
-    from aot_tune.bench import pool as pool_module
+    from aot_tune.bench.local import pool as pool_module
 
     monkeypatch.setattr(pool_module, "worker_main", suspects_worker.main)
     devices = DevicePool("interpreter", 1, str(tmp_path / "triton-cache"))
@@ -159,20 +159,10 @@ def test_a_fault_with_several_configs_on_the_device_is_pinned_on_its_culprit(tmp
 
 
 def test_the_pass_profile_charges_idle_gaps_to_the_innermost_host_step():
-    """tools/profile_bench_pass.py: busy time is the union of kernel intervals; each idle gap is
+    """tools.bench.profile_bench_pass: busy time is the union of kernel intervals; each idle gap is
     charged to the innermost host step running meanwhile, the rest to 'between steps'."""
-    import importlib.util
-    import sys
+    from tools.bench import profile_bench_pass as tool
 
-    from tunerun import REPO
-
-    sys.path.insert(0, str(REPO / "tools"))
-    try:
-        spec = importlib.util.spec_from_file_location("profile_bench_pass", REPO / "tools" / "profile_bench_pass.py")
-        tool = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(tool)
-    finally:
-        sys.path.remove(str(REPO / "tools"))
     assert tool.merged([(20.0, 25.0), (0.0, 10.0), (5.0, 12.0)]) == [(0.0, 12.0), (20.0, 25.0)]
     assert tool.merged([]) == []
     steps = [(0.0, 30.0, "outer"), (14.0, 18.0, "inner"), (32.0, 34.0, "inner")]

@@ -14,7 +14,7 @@ import pytest
 from aot_tune.runtime import lookup as runtime
 from aot_tune.runtime import TunedTable, TuningWarning, select_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TABLES = {
     "h100-sxm": {

@@ -4,7 +4,7 @@ warm-up, the reference comparison) and idle gaps, and charge every idle gap to t
 that was running meanwhile (the check's launch, the comparison, the warm-up probe, a graph
 capture, ...). Needs a CUDA GPU.
 
-    python tools/profile_bench_pass.py --shape 4096,4096,4096 --shape 256,256,256 --configs 24
+    python -m tools.bench.profile_bench_pass --shape 4096,4096,4096 --shape 256,256,256 --configs 24
 
 The configs are first compiled in a child process (filling Triton's disk cache, as the compile
 stage does), so the profiled passes see what a bench task sees: each config's first launch in
@@ -22,15 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+from aot_tune.bench.engine import measure
+from aot_tune.bench.nvml import GpuClocks
+from aot_tune.manifest import load_manifest
+from tools.bench.bench_overhead import request_for, sampled_configs
 
-from bench_overhead import request_for, sampled_configs  # noqa: E402
-
-from aot_tune.bench import measure  # noqa: E402
-from aot_tune.bench.nvml import GpuClocks  # noqa: E402
-from aot_tune.manifest import load_manifest  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Host steps timed during the profiled passes: (owner, attribute, label). Nested steps win.
 HOST_STEPS = (
@@ -169,7 +166,7 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile
 
     if not torch.cuda.is_available():
-        raise SystemExit("profile_bench_pass.py needs a CUDA GPU; fix: run it on the GPU host")
+        raise SystemExit("tools.bench.profile_bench_pass needs a CUDA GPU; fix: run it on the GPU host")
     passes = requests_for(args)
     props = torch.cuda.get_device_properties(0)
     l2_bytes = props.L2_cache_size
@@ -177,7 +174,7 @@ def main() -> int:
         for requests in passes:
             list(measure.measure_configs(requests, measure.Workload(requests[0], "cuda:0"), "cuda", l2_bytes))
         return 0
-    subprocess.run([sys.executable, __file__, "--compile-only", "--configs", str(args.configs), "--seed",
+    subprocess.run([sys.executable, "-m", __spec__.name, "--compile-only", "--configs", str(args.configs), "--seed",
                     str(args.seed)] + [f"--shape={s}" for s in args.shape], check=True)
     torch.ones(1, device="cuda").add_(1)  # the CUDA context and torch's elementwise kernels, before profiling
     measure.warm_up_graphs("cuda:0")  # as a device worker does when it opens its GPU

@@ -17,8 +17,8 @@ Three measurements on ``kernels/vector_add.py`` (``add_kernel`` is decorated wit
 
 On a GPU machine, from the repository root (needs torch and triton, not doit):
 
-    PYTHONPATH=. python3 tools/bench_runtime.py
-    PYTHONPATH=. python3 tools/bench_runtime.py --calls 20000 --repeats 7 --fresh 5
+    python3 -m tools.bench.bench_runtime
+    python3 -m tools.bench.bench_runtime --calls 20000 --repeats 7 --fresh 5
 
 On a CPU-only machine it stops with a message unless ``--interpreter`` is given: then everything
 runs under the Triton interpreter (a wall-clock ``do_bench`` stands in for Triton's CUDA one), which
@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ("vector_add", "softmax", "rmsnorm", "gemm")
 MODES = ("hard-coded", "aot_tune.autotune", "triton.autotune")
 #: First-call rows: (label, launch mode, environment). Warm start (aot_tune.runtime.warm_start) is on for
@@ -214,12 +214,12 @@ def first_calls(args) -> list[tuple[str, float, list[float]]]:
     (which fills the Triton cache and, for aot_tune.autotune, the warm-start index)."""
     env = {"TRITON_CACHE_DIR": args.triton_cache}
     for _, mode, extra in FIRST_CALL_ROWS:
-        _python([__file__, "--child", mode, *_shared_flags(args)], {**env, **extra})
+        _python(["-m", __spec__.name, "--child", mode, *_shared_flags(args)], {**env, **extra})
     samples: dict[str, list[float]] = {label: [] for label, _, _ in FIRST_CALL_ROWS}
     totals: dict[str, list[float]] = {label: [] for label, _, _ in FIRST_CALL_ROWS}
     for _ in range(args.fresh):
         for label, mode, extra in FIRST_CALL_ROWS:
-            proc = _python([__file__, "--child", mode, *_shared_flags(args)], {**env, **extra})
+            proc = _python(["-m", __spec__.name, "--child", mode, *_shared_flags(args)], {**env, **extra})
             measured = json.loads(proc.stdout.strip().splitlines()[-1])
             samples[label].append(measured["ms"])
             totals[label].append(measured["total_ms"])
@@ -252,7 +252,7 @@ def header(args) -> str:
     else:
         device = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores)"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "PYTHONPATH=. python3 tools/bench_runtime.py " + " ".join(sys.argv[1:])
+    command = "python3 -m tools.bench.bench_runtime " + " ".join(sys.argv[1:])
     return (f"command: {command.strip()}\ndevice: {device}\ndate: {now}\n"
             f"versions: Python {platform.python_version()}, triton {triton.__version__}, torch {torch.__version__}\n"
             f"kernel: vector_add, n={args.n}, {args.dtype}")
@@ -274,7 +274,6 @@ def main() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
         if args.n == 1048576:
             args.n = 4096  # a tuned key of the interpreter table, small enough for the CPU
-    sys.path.insert(0, str(ROOT))
     if args.child:
         first_call_child(args.child, args.n, args.dtype, args.interpreter)
         return

@@ -20,7 +20,7 @@ from aot_tune.build.loading import resolve
 from aot_tune.manifest import load_manifest
 from aot_tune.runtime import TuningWarning
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = load_manifest(ROOT / "tuning.yaml")
 
 

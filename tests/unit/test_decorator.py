@@ -19,7 +19,7 @@ import aot_tune
 from aot_tune.errors import TuneError
 from aot_tune.runtime import TuningWarning, UntunedError, launch_with_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TABLE = '''KERNEL = "scale"
 KEY = ("n",)

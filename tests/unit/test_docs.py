@@ -15,7 +15,7 @@ import yaml
 
 from aot_tune.manifest import SearchSettings, Defaults, load_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference" / "tuning-yaml.md"
 
 

@@ -18,8 +18,8 @@ reports, from the files the run writes (their modification times, on the same cl
 The work itself is small on purpose (real cross-compiles for sm90, the Triton interpreter for
 the measurements), so these times are mostly the start-up of the processes the run needs.
 
-    python tools/bench_startup.py                        # 6 configs, 2 shapes, 3 runs, -n all cores
-    python tools/bench_startup.py --configs 12 --repeats 5 --jobs 2
+    python -m tools.bench.bench_startup                        # 6 configs, 2 shapes, 3 runs, -n all cores
+    python -m tools.bench.bench_startup --configs 12 --repeats 5 --jobs 2
 """
 from __future__ import annotations
 
@@ -35,11 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools.bench.gemm_manifest import gemm_manifest
 
-from gemm_manifest import gemm_manifest  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter"]
 #: BLOCK_M/N/K in {16, 32}: small enough that the interpreter measures each in well under a second.
 SPACE = {"BLOCK_M": [16, 32], "BLOCK_N": [16, 32], "BLOCK_K": [16, 32], "GROUP_M": [8], "num_warps": [4],
@@ -112,7 +110,7 @@ def main() -> int:
                   + f"  ({row['compiles']} compiles, {row['benches']} bench outputs)", flush=True)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = " ".join(["python", "tools/bench_startup.py", *sys.argv[1:]])
+    command = " ".join(["python", "-m", "tools.bench.bench_startup", *sys.argv[1:]])
     print(f"\n`{command}` ({now}, {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()})")
     print("| seconds from start | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))

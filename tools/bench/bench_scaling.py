@@ -14,7 +14,7 @@ count and efficiency (speedup / GPUs). `--keep DIR` copies the generated/ folder
 run to DIR. Runs where doit is importable (pass its wheel on
 PYTHONPATH on a machine without it).
 
-Usage: PYTHONPATH=. python3 tools/bench_scaling.py --gpus 1 2 [--kernels gemm softmax]
+Usage: python3 -m tools.bench.bench_scaling --gpus 1 2 [--kernels gemm softmax]
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fresh_project(where: Path) -> Path:
@@ -69,7 +69,7 @@ def main() -> None:
 
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.device_count()} x "
           f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores")
-    print(f"# PYTHONPATH=. python3 tools/bench_scaling.py {' '.join(sys.argv[1:])}")
+    print(f"# python3 -m tools.bench.bench_scaling {' '.join(sys.argv[1:])}")
     with tempfile.TemporaryDirectory() as scratch:
         base = fresh_project(Path(scratch) / "compiled")
         print("compile everything once (and bench on 1 GPU):", flush=True)

@@ -7,9 +7,9 @@ runs the same command R more times and times each. Every timed run is a fresh pr
 times include interpreter start-up, imports, manifest parsing, planning and the staleness checks:
 what a user waits for. Exits 1 if a no-op run executes any task. Target: 1000 bench tasks < 3 s.
 
-    python tools/bench_noop.py                            # 1000 bench tasks, 3 no-op runs
-    python tools/bench_noop.py --bench-tasks 40 --repeats 2
-    python tools/bench_noop.py --keep /tmp/noop-project   # keep the scratch project
+    python -m tools.bench.bench_noop                            # 1000 bench tasks, 3 no-op runs
+    python -m tools.bench.bench_noop --bench-tasks 40 --repeats 2
+    python -m tools.bench.bench_noop --keep /tmp/noop-project   # keep the scratch project
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = [sys.executable, "-m", "doit", "tune", "--bench-backend", "interpreter"]
 PYPROJECT = '[tool.doit]\nloader = "aot_tune"\nbackend = "sqlite3"\ndep_file = ".aot_tune/doit.sqlite3"\n'
 
@@ -99,7 +99,7 @@ def main() -> int:
     median = statistics.median(times) if times else float("nan")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print("\n| | |\n|---|---|")
-    print(f"| command | `python tools/bench_noop.py --bench-tasks {args.bench_tasks} --repeats {args.repeats}` |")
+    print(f"| command | `python -m tools.bench.bench_noop --bench-tasks {args.bench_tasks} --repeats {args.repeats}` |")
     print(f"| timed | `{' '.join(['python'] + COMMAND[1:])}` (no-op), fresh process each |")
     print(f"| bench tasks | {2 * shapes} ({shapes} shapes x 2 dtypes), {ran + skipped} tasks loaded |")
     print(f"| populate | {populate:.1f} s (-n {args.jobs}) |")

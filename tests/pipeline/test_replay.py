@@ -1,4 +1,4 @@
-"""Replays of budgeted searches over exhaustive records, and tools/pareto.py on them.
+"""Replays of budgeted searches over exhaustive records, and tools.studies.pareto on them.
 
 The records are synthetic exhaustive records with samples and phases, as a bench output holds
 them; the last test runs the whole tool under the Triton interpreter, as it runs on a GPU.
@@ -109,9 +109,9 @@ def records_file(tmp_path_factory):
 
 def test_pareto_replays_saved_records_into_tables_and_json(records_file, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "pareto.py"), "--out", str(out), "--records",
+    proc = subprocess.run([sys.executable, "-m", "tools.studies.pareto", "--out", str(out), "--records",
                            str(records_file), "--kernel", "vector_add", "--budgets", "4", "12", "--seeds", "2",
-                           "--jobs", "2"], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+                           "--jobs", "2"], cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "pareto.json").read_text())
     assert {(r["label"], r["budget"]) for r in report["summary"]} == \
@@ -126,10 +126,10 @@ def test_pareto_replays_saved_records_into_tables_and_json(records_file, tmp_pat
 def test_pareto_runs_end_to_end_under_the_interpreter(tmp_path):
     """The GPU flow on the CPU: exhaustive doit tune, replays, a real budgeted run compared with its replay."""
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(REPO / "tools" / "pareto.py"), "--out", str(out), "--kernel",
+    proc = subprocess.run([sys.executable, "-m", "tools.studies.pareto", "--out", str(out), "--kernel",
                            "vector_add", "--shapes", "1024", "4096", "16384", "--budgets", "3", "6", "--seeds", "1",
                            "--strategies", "random", "surrogate", "--validate", "surrogate:3", "--backend",
-                           "interpreter", "--jobs", "2"], capture_output=True, text=True, env=subprocess_env(),
+                           "interpreter", "--jobs", "2"], cwd=REPO, capture_output=True, text=True, env=subprocess_env(),
                           timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "pareto.json").read_text())

@@ -17,7 +17,7 @@ entries; 100% means they compiled nothing), and how many picks agree with the lo
 many GPUs. Runs are skipped, with a note, when the time left in --budget-s cannot hold them.
 
 Needs doit, dask and distributed importable (on a host without them: carry their wheels, see
-BENCHMARKS.md). Usage: PYTHONPATH=. python3 tools/bench_distributed.py --gpus 1 2 [--kernels ...]
+BENCHMARKS.md). Usage: python3 -m tools.bench.bench_distributed --gpus 1 2 [--kernels ...]
 ``--interpreter`` runs the same steps on a CPU (interpreter workers instead of GPUs; the local
 executor then has one device whatever the count): a check of the tool, not a measurement.
 """
@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -167,7 +166,7 @@ def main() -> None:
     backend = ["--bench-backend", "interpreter" if args.interpreter else "cuda"]
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {where}, {os.cpu_count()} CPU cores, "
           f"dask {distributed.__version__}")
-    print(f"# PYTHONPATH=. python3 tools/bench_distributed.py {' '.join(sys.argv[1:])}", flush=True)
+    print(f"# python3 -m tools.bench.bench_distributed {' '.join(sys.argv[1:])}", flush=True)
     # Local runs first, then dask from the widest: if the budget runs short, what is skipped is
     # the run that compares least (dask on fewer GPUs).
     runs = [Run("local", gpus) for gpus in sorted(args.gpus) if "local" in args.executors] + \

@@ -1,0 +1,1 @@
+"""Maintenance of generated files checked into the repository."""
