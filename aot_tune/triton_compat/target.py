@@ -8,6 +8,8 @@ What this relies on (triton 3.6 to 3.9), and why:
   ``warmup=True``) under a stand-in driver that only names a target reproduces exactly the
   specialization, options and attrs a later launch on that GPU computes, so the later launch
   finds the compile in Triton's on-disk cache. This works with no GPU and no CUDA driver.
+  ``_active`` and ``_default`` stay None until a driver is created: the fork server of the
+  workers checks that none was.
 * Launch options and errors: ``PTXASError`` at compile time; ``OutOfResources`` only when a
   module is loaded on a device, hence the shared-memory check against the target's limit.
 * A backend's ``add_stages(stages, options, language)`` fills an ordered dict of stages (ttir,
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -124,6 +127,16 @@ def create_driver() -> None:
 
     with _driver_lock:
         driver.active.get_current_target  # noqa: B018 - instantiates the active driver
+
+
+def triton_driver_created() -> bool:
+    """Whether Triton's driver was created (or a stand-in set) in this process: the fork server
+    of the GPU workers must not have created it. Imports nothing, since a process that has not
+    imported Triton's driver module created none."""
+    runtime = sys.modules.get("triton.runtime.driver")
+    driver = getattr(runtime, "driver", None)
+    return driver is not None and (getattr(driver, "_active", None) is not None
+                                   or getattr(driver, "_default", None) is not None)
 
 
 class SharedMemoryExceeded(Exception):

@@ -11,6 +11,8 @@ What this relies on (triton 3.6 to 3.9), and why:
   (0.4-0.8 s, once per process). Every other part is cheap: ``src.hash()``, the backend's target
   and ptxas, ``options.hash()`` and ``get_cache_invalidating_env_vars()``. A hit is loaded with
   ``CompiledKernel(src, metadata_group, hash)`` from ``get_cache_manager(hash).get_group(name.json)``.
+* ``triton_key()`` (``triton.runtime.cache``, 3.6 and 3.9) is lru-cached: a process that computed
+  it passes it on to the processes it forks.
 """
 from __future__ import annotations
 
@@ -117,6 +119,14 @@ _FIRST_LAUNCH_IMPORTS = (
     "triton.experimental.gluon.language.nvidia.blackwell",
     "triton.experimental.gluon.nvidia.hopper",
 )
+
+
+def hash_installation() -> None:
+    """Compute Triton's hash of its own installation (``triton_key()``, 0.4-0.8 s) now, once, so
+    that the processes forked from this one find it computed."""
+    from triton.runtime.cache import triton_key
+
+    triton_key()
 
 
 def import_first_launch_modules() -> None:
