@@ -18,13 +18,14 @@ from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, Shar
                                            stop_when_shared_memory_exceeds, target_driver, triton_driver_created,
                                            versions)
 from aot_tune.triton_compat.warm import (hash_installation, import_first_launch_modules, installation_identity,
-                                         load_cached_kernel, prepare_runtime, warm_start_key, wrap_jit_compile)
+                                         jit_with_compile_path, load_cached_kernel, prepare_runtime, warm_start_key,
+                                         wrap_jit_compile)
 
 __all__ = ["PINNED_ENV", "SHARED_MEMORY_LIMIT", "CacheHitCounter", "CapturedCompile", "ResourceUsage",
            "SharedMemoryExceeded", "Specialization", "cache_entry_folder", "capture_specializations",
            "compile_error_kind", "compile_instead_of_launch", "cuobjdump_path", "hash_installation",
            "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",
-           "load_cached_kernel", "load_instead_of_launch", "pack_cache_entry", "parse_target", "pin_environment",
-           "prepare_runtime", "resource_usage", "shared_memory_limit", "stop_when_shared_memory_exceeds",
-           "target_driver", "triton_cache_dir", "triton_driver_created", "versions", "warm_start_key",
-           "wrap_jit_compile"]
+           "jit_with_compile_path", "load_cached_kernel", "load_instead_of_launch", "pack_cache_entry", "parse_target",
+           "pin_environment", "prepare_runtime", "resource_usage", "shared_memory_limit",
+           "stop_when_shared_memory_exceeds", "target_driver", "triton_cache_dir", "triton_driver_created", "versions",
+           "warm_start_key", "wrap_jit_compile"]

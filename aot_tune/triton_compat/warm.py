@@ -24,6 +24,15 @@ from aot_tune.triton_compat.launch import jit_function
 from aot_tune.triton_compat.target import create_driver
 
 
+def jit_with_compile_path(kernel: Any) -> Any | None:
+    """The JIT function under decorators that keep what they wrap in ``.fn``, if it compiles
+    through ``device_caches`` (what ``wrap_jit_compile`` routes); None otherwise (the
+    interpreter). Imports nothing, so a kernel that is not Triton's costs no Triton import."""
+    while not hasattr(kernel, "device_caches") and hasattr(kernel, "fn") and kernel.fn is not kernel:
+        kernel = kernel.fn  # under aot_tune.autotune, triton.heuristics, ...
+    return kernel if hasattr(kernel, "device_caches") else None
+
+
 def wrap_jit_compile(jit_fn: Any, wrap: Callable[[Callable], Callable]) -> bool:
     """Make every ``triton.compile`` call of this JIT function go through ``wrap(compile)``, on
     every device, including devices first used later. False if ``jit_fn`` has no JIT compile path
