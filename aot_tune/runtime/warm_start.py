@@ -47,12 +47,11 @@ def install(kernel: Any) -> bool:
     (the interpreter, or switched off)."""
     if not enabled():
         return False
-    while not hasattr(kernel, "device_caches") and hasattr(kernel, "fn") and kernel.fn is not kernel:
-        kernel = kernel.fn  # under aot_tune.autotune, triton.heuristics, ...
-    if not hasattr(kernel, "device_caches"):
-        return False
     from aot_tune import triton_compat
 
+    kernel = triton_compat.jit_with_compile_path(kernel)
+    if kernel is None:
+        return False
     wrapped = triton_compat.wrap_jit_compile(kernel, _shortcut)
     if wrapped:
         _prepare_runtime_once()

@@ -27,6 +27,8 @@ import os
 import sys
 import threading
 
+from aot_tune import triton_compat
+
 #: The module the fork server imports before it forks any worker.
 PRELOAD_MODULE = "aot_tune.workers.preload"
 #: The tuning process's ``sys.path``, for the fork server (JSON).
@@ -227,9 +229,7 @@ def cuda_fork_problem() -> str | None:
     torch = sys.modules.get("torch")
     if torch is not None and (torch.cuda.is_initialized() or torch.cuda._is_in_bad_fork()):
         return "torch initialized CUDA in the fork server"
-    runtime = sys.modules.get("triton.runtime.driver")
-    driver = getattr(runtime, "driver", None)
-    if driver is not None and (getattr(driver, "_active", None) is not None or getattr(driver, "_default", None) is not None):
+    if triton_compat.triton_driver_created():
         return "Triton created its driver in the fork server"
     return None
 

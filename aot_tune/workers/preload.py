@@ -65,9 +65,7 @@ def _preload() -> None:
     a = torch.randn((16, 16), dtype=torch.float16, device="meta")
     b = torch.empty((16, 16), dtype=torch.float32, device="meta")
     (a / 2, a * a, a @ a, a.float() + b, torch.zeros_like(a), a.stride(), a.data_ptr())
-    from triton.runtime.cache import triton_key  # 3.6 and 3.9: lru-cached, hashes libtriton
-
-    triton_key()
+    triton_compat.hash_installation()
     # The modules Triton's first launch imports. Also what aot_tune.runtime.warm_start imports on a
     # thread when a decorated kernel is imported: a worker that launches right after would import
     # them on two threads at once (Python can then report an import deadlock).

@@ -7,6 +7,7 @@ from tunerun import REPO
 
 from aot_tune import triton_compat
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_time_estimate, longest_first
+from aot_tune.triton_compat import binary
 from aot_tune.space import parse_constraint
 
 pytest.importorskip("triton")
@@ -50,9 +51,9 @@ def test_registers_and_spills_are_read_from_the_cubin(compile_config):
 
 
 def test_resources_are_unknown_with_a_reason_without_cuobjdump(monkeypatch):
-    monkeypatch.setattr(triton_compat, "cuobjdump_path", lambda: None)
+    monkeypatch.setattr(binary, "cuobjdump_path", lambda: None)  # where resource_usage looks it up
     assert triton_compat.resource_usage(b"", "k") == "no cuobjdump in this Triton installation"
-    monkeypatch.setattr(triton_compat, "cuobjdump_path", lambda: "/bin/false")
+    monkeypatch.setattr(binary, "cuobjdump_path", lambda: "/bin/false")
     assert "gave no line for k" in triton_compat.resource_usage(b"not a cubin", "k")
 
 

@@ -1,0 +1,151 @@
+"""The launch path, intercepted: a launch that compiles, loads or records its specialization
+instead of running.
+
+What this relies on (triton 3.6 to 3.9), and why:
+
+* ``JITFunction.run`` binds the arguments, then calls ``self._do_compile(key, signature, device,
+  constexprs, options, attrs, warmup)`` when its in-memory cache misses, and returns None when
+  that returns None (3.6 and 3.9). Replacing ``_do_compile`` on the kernel object therefore
+  yields the exact signature, constexprs and attrs a launch specializes on, without compiling:
+  the specialization step of the plan.
+* ``CompiledKernel._init_handles()`` loads a compiled kernel onto the device (3.6 and 3.9);
+  a launch calls it the first time, and it synchronizes the device.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+
+@dataclass
+class CapturedCompile:
+    """One compiled specialization of a kernel, as a launch would have produced it."""
+
+    hash: str
+    shared: int
+    name: str
+    cubin: bytes | None = None
+
+
+def jit_function(kernel: Any) -> Any:
+    """The JITFunction under decorators that keep what they wrap in ``.fn`` (aot_tune.autotune,
+    triton.autotune, triton.heuristics); the one place the compile stage unwraps a kernel."""
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, JITFunction) and hasattr(kernel, "fn"):
+        kernel = kernel.fn
+    return kernel
+
+
+@contextlib.contextmanager
+def compile_instead_of_launch(jit_fn: Any) -> Iterator[list[CapturedCompile]]:
+    """While active, ``jit_fn[grid](...)`` compiles (through the real launch path) but does not launch.
+    ``jit_fn`` may be wrapped (``aot_tune.autotune``, ``triton.heuristics``): the JITFunction is patched."""
+    jit_fn = jit_function(jit_fn)
+    captured: list[CapturedCompile] = []
+    original_run = type(jit_fn).run
+
+    def run(*args, grid, warmup, **kwargs):
+        kernel = original_run(jit_fn, *args, grid=grid, warmup=True, **kwargs)
+        captured.append(CapturedCompile(kernel.hash, int(kernel.metadata.shared), kernel.metadata.name,
+                                        kernel.asm.get("cubin")))
+        return kernel
+
+    jit_fn.run = run
+    try:
+        yield captured
+    finally:
+        del jit_fn.run
+
+
+@contextlib.contextmanager
+def load_instead_of_launch() -> Iterator[None]:
+    """While active, every Triton kernel launch in this thread loads its binary onto the current
+    device (``CompiledKernel._init_handles``, as a first launch would) but runs nothing. A load
+    synchronizes the device (measured: it returns only after queued work ends), so the bench
+    engine loads a pass's kernels before it queues any work. A load that fails (a kernel over the
+    device's shared memory, say) raises as the launch would."""
+    from triton.runtime.jit import JITFunction
+
+    original_run = JITFunction.run
+    owner = threading.get_ident()
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if threading.get_ident() != owner:
+            return original_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        kernel = original_run(self, *args, grid=grid, warmup=True, **kwargs)
+        if kernel is not None:
+            kernel._init_handles()
+        return None
+
+    JITFunction.run = run
+    try:
+        yield
+    finally:
+        JITFunction.run = original_run
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What a launch specializes on, besides the config: argument types, the values Triton turned
+    into constants (ints equal to 1), divisibility/alignment attrs, and launch options the launch
+    function adds itself. Two launches with equal specializations and configs hit one cache entry."""
+
+    signature: tuple[tuple[str, str], ...]
+    constants: tuple[tuple[str, str], ...]
+    attrs: tuple[tuple[str, str], ...]
+    options: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        """A short human-readable form, e.g. ``a_ptr:*fp16/16 M:i32/16 N:i32 stride_ak=1``."""
+        attrs = dict(self.attrs)
+        parts = [f"{name}:{kind}" + ("/16" if "16" in attrs.get(name, "") else "")
+                 for name, kind in self.signature if kind != "constexpr"]
+        parts += [f"{name}={value}" for name, value in self.constants]
+        parts += [f"{name}={value}" for name, value in self.options]
+        return " ".join(parts)
+
+
+@contextlib.contextmanager
+def capture_specializations(jit_fn: Any, config: dict) -> Iterator[list[Specialization]]:
+    """While active, ``jit_fn[grid](...)`` records its specialization and neither compiles nor
+    launches. Config values (constexprs and launch options) are left out: the compile task
+    names its config separately. Use under ``target_driver(arch, capture=True)``."""
+    jit_fn = jit_function(jit_fn)
+    captured: list[Specialization] = []
+    names = [p.name for p in jit_fn.params]
+    original_run = type(jit_fn).run
+
+    def run(*args, grid, warmup, **kwargs):
+        extra_options = tuple(sorted((k, repr(v)) for k, v in kwargs.items()
+                                     if k not in config and k not in names))
+        seen = len(captured)
+        original_run(jit_fn, *args, grid=grid, warmup=True, **kwargs)
+        if len(captured) == seen:  # answered from an in-memory cache: cannot happen on a capture device
+            raise RuntimeError(f"{jit_fn.__name__}: the launch did not reach the compiler; run the "
+                               f"capture under target_driver(arch, capture=True)")
+        last = captured[-1]
+        captured[-1] = Specialization(last.signature, last.constants, last.attrs, extra_options)
+
+    def do_compile(key, signature, device, constexprs, options, attrs, warmup):
+        def name(path) -> str:
+            return ".".join([names[path[0]], *map(str, path[1:])])
+
+        captured.append(Specialization(
+            signature=tuple((k, str(v)) for k, v in signature.items() if k not in config),
+            constants=tuple(sorted((name(p), repr(getattr(v, "value", v))) for p, v in constexprs.items()
+                                   if names[p[0]] not in config)),
+            attrs=tuple(sorted((name(p), repr(v)) for p, v in attrs.items() if v and names[p[0]] not in config)),
+            options=(),
+        ))
+        return None
+
+    jit_fn.run = run
+    jit_fn._do_compile = do_compile
+    try:
+        yield captured
+    finally:
+        del jit_fn.run
+        del jit_fn._do_compile

@@ -1,0 +1,157 @@
+"""Warm start: finding a compiled kernel in Triton's cache without Triton's cache key, and doing
+Triton's one-time set-up of a process before its first launch.
+
+What this relies on (triton 3.6 to 3.9), and why:
+
+* ``JITFunction.create_binder`` (the ``default_factory`` of ``device_caches``, once per device)
+  sets ``self.compile = triton.compile``, and ``_do_compile`` calls
+  ``self.compile(src, target=target, options=options.__dict__)`` on an in-memory miss (3.6 and
+  3.9). ``triton.compile`` then keys its disk cache on sha256(``get_cache_key(src, backend,
+  options, env_vars)``), whose first part, ``triton_key()``, hashes the ~500 MB libtriton library
+  (0.4-0.8 s, once per process). Every other part is cheap: ``src.hash()``, the backend's target
+  and ptxas, ``options.hash()`` and ``get_cache_invalidating_env_vars()``. A hit is loaded with
+  ``CompiledKernel(src, metadata_group, hash)`` from ``get_cache_manager(hash).get_group(name.json)``.
+* ``triton_key()`` (``triton.runtime.cache``, 3.6 and 3.9) is lru-cached: a process that computed
+  it passes it on to the processes it forks.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable
+
+from aot_tune.triton_compat.launch import jit_function
+from aot_tune.triton_compat.target import create_driver
+
+
+def jit_with_compile_path(kernel: Any) -> Any | None:
+    """The JIT function under decorators that keep what they wrap in ``.fn``, if it compiles
+    through ``device_caches`` (what ``wrap_jit_compile`` routes); None otherwise (the
+    interpreter). Imports nothing, so a kernel that is not Triton's costs no Triton import."""
+    while not hasattr(kernel, "device_caches") and hasattr(kernel, "fn") and kernel.fn is not kernel:
+        kernel = kernel.fn  # under aot_tune.autotune, triton.heuristics, ...
+    return kernel if hasattr(kernel, "device_caches") else None
+
+
+def wrap_jit_compile(jit_fn: Any, wrap: Callable[[Callable], Callable]) -> bool:
+    """Make every ``triton.compile`` call of this JIT function go through ``wrap(compile)``, on
+    every device, including devices first used later. False if ``jit_fn`` has no JIT compile path
+    (the interpreter)."""
+    jit_fn = jit_function(jit_fn)
+    caches = getattr(jit_fn, "device_caches", None)
+    factory = getattr(caches, "default_factory", None)
+    if factory is None:
+        return False
+    if getattr(factory, "_aot_tune_wrapped", False):
+        return True
+
+    def create_binder():
+        binder = factory()
+        jit_fn.compile = wrap(jit_fn.compile)
+        return binder
+
+    create_binder._aot_tune_wrapped = True
+    caches.default_factory = create_binder
+    if caches and hasattr(jit_fn, "compile"):  # already launched on some device
+        jit_fn.compile = wrap(jit_fn.compile)
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def installation_identity() -> str:
+    """Stands in for ``triton_key()``: the version, and size and mtime of libtriton and of the
+    bundled ptxas (a stat, not a 500 MB hash). A reinstall or upgrade changes it."""
+    import sysconfig
+
+    import triton
+
+    root = os.path.dirname(triton.__file__)
+    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
+    parts = [triton.__version__]
+    for path in (os.path.join(root, "_C", f"libtriton.{ext}"), os.path.join(root, "backends", "nvidia", "bin", "ptxas")):
+        try:
+            stat = os.stat(path)
+            parts.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{path}:absent")
+    for name in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_LIBDEVICE_PATH"):
+        parts.append(f"{name}={os.environ.get(name, '')}")
+    return "|".join(parts)
+
+
+def warm_start_key(src: Any, target: Any, options: dict | None) -> str | None:
+    """Everything ``triton.compile`` keys its disk cache on, with ``installation_identity()`` in
+    place of ``triton_key()``; None when the cache is not Triton's plain file cache or a knob
+    (always compile, IR override or dump, a stages hook) makes the key or the result differ."""
+    import hashlib
+
+    from triton import knobs
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler.compiler import make_backend
+
+    if knobs.cache.manager_class is not None or knobs.compilation.always_compile or \
+            knobs.compilation.override or knobs.compilation.dump_ir or \
+            getattr(knobs.runtime, "add_stages_inspection_hook", None) is not None:
+        return None
+    if not hasattr(src, "fn") or target is None:  # only kernels compiled from Python source
+        return None
+    backend = make_backend(target)
+    parsed = backend.parse_options(dict(options or {}, **src.parse_options()))
+    env_vars = sorted(get_cache_invalidating_env_vars().items())
+    key = f"{installation_identity()}-{src.hash()}-{target}-{parsed.hash()}-{env_vars}"
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def load_cached_kernel(src: Any, cache_hash: str) -> Any | None:
+    """The compiled kernel Triton's disk cache holds under ``cache_hash``, as ``triton.compile``
+    would return it on a hit; None when the entry is gone. Tells the compilation listener."""
+    from triton import knobs
+    from triton.compiler.compiler import CompiledKernel
+    from triton.runtime.cache import get_cache_manager
+
+    metadata_filename = f"{src.name[:150]}.json"
+    group = get_cache_manager(cache_hash).get_group(metadata_filename)
+    if not group or metadata_filename not in group:
+        return None
+    kernel = CompiledKernel(src, group, cache_hash)
+    listener = knobs.compilation.listener
+    if listener is not None:
+        listener(src=src, metadata=kernel.metadata._asdict(), metadata_group=group, times=None, cache_hit=True)
+    return kernel
+
+
+#: Modules Triton's native specializer imports on the first launch in a process (3.6 to 3.9:
+#: named in libtriton), about 0.1 s of imports.
+_FIRST_LAUNCH_IMPORTS = (
+    "triton.experimental.gluon.language._layouts",
+    "triton.experimental.gluon.language.amd._layouts",
+    "triton.experimental.gluon.language.nvidia.blackwell",
+    "triton.experimental.gluon.nvidia.hopper",
+)
+
+
+def hash_installation() -> None:
+    """Compute Triton's hash of its own installation (``triton_key()``, 0.4-0.8 s) now, once, so
+    that the processes forked from this one find it computed."""
+    from triton.runtime.cache import triton_key
+
+    triton_key()
+
+
+def import_first_launch_modules() -> None:
+    """Import the modules Triton's specializer imports on the first launch in a process (no
+    driver, no CUDA: the fork server of the workers does this too)."""
+    import importlib
+
+    for name in _FIRST_LAUNCH_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # another Triton version: the first launch imports what it needs
+            pass
+
+
+def prepare_runtime() -> None:
+    """Do Triton's one-time set-up of its first launch now: the modules its specializer imports
+    and its driver (``create_driver``), so that the first launch does not wait for them."""
+    import_first_launch_modules()
+    create_driver()
