@@ -7,10 +7,12 @@ import time
 import pytest
 from tunerun import REPO, gemm_manifest
 
-from aot_tune.pipeline import plan as plan_module
-from aot_tune.cache import read_cache
+from aot_tune import triton_compat
 from aot_tune.bench.runner import DeviceModel
+from aot_tune.cache import read_cache
 from aot_tune.manifest import load_manifest
+from aot_tune.pipeline import plan as plan_module
+from aot_tune.pipeline.staleness import Staleness
 
 
 def h200_plan(monkeypatch):
@@ -20,7 +22,7 @@ def h200_plan(monkeypatch):
         pytest.skip("no H200 table checked in")
     device = DeviceModel("cuda", "h200", records[0].device.name, records[0].device.compute_capability, 1)
     versions = {"triton": records[0].toolchain.triton, "torch": records[0].toolchain.torch}
-    monkeypatch.setattr(plan_module, "versions", lambda: versions)
+    monkeypatch.setattr(triton_compat, "versions", lambda: versions)
     return plan_module.build_plan(manifest, device, manifest.kernels)
 
 
@@ -31,7 +33,7 @@ def test_checked_in_gpu_tables_make_a_fresh_tree_a_fast_no_op(monkeypatch, tmp_p
     may have left is its baselines, if its record was measured before they were declared."""
     monkeypatch.setattr(plan_module, "WORK_DIR", str(tmp_path / "no-outputs"))
     plan = h200_plan(monkeypatch)
-    staleness = plan_module.Staleness(plan)
+    staleness = Staleness(plan)
     start = time.perf_counter()
     to_specialize = [launch for kp in plan.kernels for launch in staleness.launches_to_specialize(kp)]
     stale_compiles = [u.name for kp in plan.kernels for u in kp.compile_units if staleness.compile_needed(kp, u)]
@@ -49,7 +51,7 @@ def test_checked_in_gpu_tables_make_a_fresh_tree_a_fast_no_op(monkeypatch, tmp_p
 
 def test_a_new_config_is_the_only_one_to_measure(monkeypatch):
     plan = h200_plan(monkeypatch)
-    staleness = plan_module.Staleness(plan)
+    staleness = Staleness(plan)
     kp = next(k for k in plan.kernels if k.spec.name == "gemm")
     unit = kp.bench_units[0]
     extra = type(unit.configs[0]).from_dict({**unit.configs[0].as_dict(), "GROUP_M": 4})
@@ -65,9 +67,9 @@ def test_a_new_triton_version_rebenches_everything_on_that_device(monkeypatch):
         pytest.skip("no H200 table checked in")
     manifest = load_manifest(REPO / "tuning.yaml")
     device = DeviceModel("cuda", "h200", records[0].device.name, records[0].device.compute_capability, 1)
-    monkeypatch.setattr(plan_module, "versions", lambda: {"triton": "9.9.9", "torch": records[0].toolchain.torch})
+    monkeypatch.setattr(triton_compat, "versions", lambda: {"triton": "9.9.9", "torch": records[0].toolchain.torch})
     plan = plan_module.build_plan(manifest, device, manifest.kernels)
-    staleness = plan_module.Staleness(plan)
+    staleness = Staleness(plan)
     assert all(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)
 
 
@@ -135,7 +137,7 @@ def test_a_budgeted_search_is_done_when_it_searched_exactly_the_planned_candidat
     plan = budgeted_plan(tmp_path, "{strategy: surrogate, budget: {configs: 5}}")
     kp = plan.kernels[0]
     unit = kp.bench_units[1]
-    staleness = plan_module.Staleness(plan)
+    staleness = Staleness(plan)
     assert not staleness.bench_done(kp, unit) and staleness.configs_to_measure(kp, unit) == list(unit.configs)
     record = TuningRecord(fingerprint=unit.fingerprint)
     record.search.candidates = candidate_digest(unit.configs)
