@@ -6,7 +6,8 @@ Started by tests/test_bench.py in place of aot_tune.bench.local.worker.worker_ma
 backend measures one config at a time, so its own announcements never leave a doubt)."""
 from __future__ import annotations
 
-from aot_tune.bench import measure, worker
+from aot_tune.bench.engine import measure
+from aot_tune.bench.local import worker
 
 
 def main(conn, backend, device_index, triton_cache_dir, environ=None) -> None:

@@ -142,7 +142,7 @@ def test_a_fault_with_several_configs_on_the_device_is_pinned_on_its_culprit(tmp
     crash and the hang are blamed on their configs alone, and the others are measured."""
     import suspects_worker
 
-    from aot_tune.bench import pool as pool_module
+    from aot_tune.bench.local import pool as pool_module
 
     monkeypatch.setattr(pool_module, "worker_main", suspects_worker.main)
     devices = DevicePool("interpreter", 1, str(tmp_path / "triton-cache"))

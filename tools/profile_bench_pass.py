@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from bench_overhead import request_for, sampled_configs  # noqa: E402
 
-from aot_tune.bench import measure  # noqa: E402
+from aot_tune.bench.engine import measure  # noqa: E402
 from aot_tune.bench.nvml import GpuClocks  # noqa: E402
 from aot_tune.manifest import load_manifest  # noqa: E402
 
