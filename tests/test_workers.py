@@ -15,7 +15,8 @@ import pytest
 import torch
 from tunerun import doit_command, make_project, subprocess_env, tune, vector_add_manifest
 
-from aot_tune.workers import forking, triton_compat
+from aot_tune import triton_compat
+from aot_tune.workers import forking
 from aot_tune.build.compile import CompileRequest
 from aot_tune.workers.pools import Executors, worker_state
 from aot_tune.bench.runner import INTERPRETER_DEVICE
