@@ -1,14 +1,19 @@
-"""Plain-data requests and results exchanged with device workers (they pickle across processes)."""
+"""Plain-data requests and results exchanged with device workers (they pickle across processes),
+and the interface bench tasks lease devices through (``Runner``, ``DeviceLease``): implemented by
+the local pool (aot_tune.bench.local.pool) and by a Dask cluster (aot_tune.bench.dask.client)."""
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Iterable, Literal, Protocol, Sequence, get_args
 
 from aot_tune.manifest import BenchSettings
 from aot_tune.bench.nvml import ClockReading
 from aot_tune.runtime.devices import INTERPRETER
 
-#: Outcomes of one config on one shape; everything but "ok" is a typed failure and never chosen.
-MEASUREMENT_STATUSES = ("ok", "wrong_result", "runtime_error", "crashed", "timeout", "invalid")
+#: Outcome of one config on one shape; everything but "ok" is a typed failure and never chosen.
+MeasurementStatus = Literal["ok", "wrong_result", "runtime_error", "crashed", "timeout", "invalid"]
+MEASUREMENT_STATUSES: tuple[str, ...] = get_args(MeasurementStatus)
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class ConfigMeasurement:
     """One config's outcome on one (shape, dtype): its samples, how they were taken, and the clocks."""
 
     config_id: str
-    status: str
+    status: MeasurementStatus
     message: str = ""
     times_ms: list[float] = field(default_factory=list)
     error_norm: float = 0.0
@@ -92,3 +97,42 @@ class DeviceModel:
 
 
 INTERPRETER_DEVICE = DeviceModel(INTERPRETER, INTERPRETER, "Triton interpreter (CPU)", "cpu", 1)
+
+
+class DeviceLease(Protocol):
+    """A device held by one bench task until its lease ends: the task's configs run there."""
+
+    #: Triton cache hits and misses of the kernels the device's worker loaded for this lease
+    #: (a miss means the compile stage's output was not used).
+    cache_hits: int
+    cache_misses: int
+
+    @property
+    def info(self) -> DeviceInfo:
+        """The device, as its worker reports it (goes into every record's provenance)."""
+
+    def ready(self) -> None:
+        """Wait until the device's worker is up, so its start-up is no measurement's time."""
+
+    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> Iterable[ConfigMeasurement]:
+        """One result per request, in any order. A config that kills the worker or runs past
+        ``timeout_s`` in one step is recorded as crashed or timed out, never raised."""
+
+
+class Runner(Protocol):
+    """The bench devices of a run (local GPUs, the interpreter, or a Dask cluster's GPUs): each
+    leased to one bench task at a time, so no device runs two benchmarks at once."""
+
+    #: time.time() when the device workers were asked to start, and when the last one was up
+    #: (the run summary's start-up time); both None for a cluster, whose workers were up before the run.
+    started_at: float | None
+    ready_at: float | None
+
+    def lease(self, device: DeviceModel) -> AbstractContextManager[DeviceLease]:
+        """Hold a device of model ``device`` for one bench task until the block ends."""
+
+    def start(self) -> None:
+        """Start the device workers in the background (e.g. while compiles run)."""
+
+    def close(self) -> None:
+        """Stop the device workers (the run is over)."""

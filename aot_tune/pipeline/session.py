@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceLease
 from aot_tune.codegen import render_module, write_module
 from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
@@ -191,7 +191,7 @@ class TuneSession:
             tally["seconds"] += search_info.seconds
         self.progress["bench"].advance(note)
 
-    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None,
+    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                      device: DeviceModel):
         """Every planned config the previous record lacks, as one pipelined batch; the rest is
         kept from the previous record."""
@@ -208,7 +208,7 @@ class TuneSession:
             entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
         return entries, fresh + measured
 
-    def _search(self, kp: KernelPlan, unit: BenchUnit, lease, previous: TuningRecord | None, device: DeviceModel):
+    def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None, device: DeviceModel):
         """Run the unit's budgeted search. The configs it chooses together (the surrogate's
         batches) are measured as one pipelined batch, like the exhaustive path's. A probe the
         previous record under this fingerprint already answers (same config, same timing length)
@@ -273,7 +273,7 @@ class TuneSession:
             kernel_hashes=self._kernel_hashes(kp, unit, config, device),
         )
 
-    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease, device) -> dict[str, ConfigMeasurement]:
+    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, device) -> dict[str, ConfigMeasurement]:
         """The default config and the vendor function, on the device the configs just ran on.
         Not counted in the Triton cache hit rate: a default outside the space has no AOT compile,
         so the device worker compiles it."""
@@ -396,7 +396,7 @@ class TuneSession:
         (torch and CUDA start-up: in a full run they start while the compiles run)."""
         first, last = self.spans["bench"]
         pool = self.executors.devices
-        started, ready = getattr(pool, "started_at", None), getattr(pool, "ready_at", None)
+        started, ready = pool.started_at, pool.ready_at
         if ready is None:  # a cluster's workers were up before the run
             return f"bench stage: {last - first:.1f}s; timed kernel launches {self.seconds['measured']:.1f}s"
         devices = self.plan.device.count
@@ -411,7 +411,7 @@ class TuneSession:
         return line
 
 
-def _measure_batch(lease, requests: list[BenchRequest], device: DeviceModel
+def _measure_batch(lease: DeviceLease, requests: list[BenchRequest], device: DeviceModel
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
     """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
     each one's share of the batch's wall seconds."""

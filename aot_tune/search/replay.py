@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aot_tune.bench.engine.measure import MIN_SAMPLES
+from aot_tune.bench.engine.timing import MIN_SAMPLES
 from aot_tune.cache import config_from_proto, set_samples
 from aot_tune.manifest import SearchSettings
 from aot_tune.search.strategies import run_search, source_from_record, transfer_plan

@@ -23,7 +23,7 @@ from aot_tune.workers import forking
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
 from aot_tune.errors import TuneError
-from aot_tune.bench.runner import DeviceModel
+from aot_tune.bench.runner import DeviceModel, Runner
 from aot_tune.build.specialize import SpecializeRequest, SpecializeResult, capture
 
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
@@ -152,8 +152,8 @@ class Executors:
                             f"(no reads of tensor data), see docs/reference/tuning-yaml.md") from None
 
     @property
-    def devices(self):
-        """Where bench tasks lease a device: ``lease(device)``, ``start()``, ``close()``."""
+    def devices(self) -> Runner:
+        """Where bench tasks lease a device: the cluster's, or the local pool (made on first use)."""
         if self._cluster is not None:
             return self._cluster
         with self._lock:

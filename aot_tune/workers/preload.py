@@ -70,7 +70,7 @@ def _preload() -> None:
     # thread when a decorated kernel is imported: a worker that launches right after would import
     # them on two threads at once (Python can then report an import deadlock).
     triton_compat.import_first_launch_modules()
-    import aot_tune.bench.engine.measure  # noqa: F401
+    import aot_tune.bench.engine.pipeline  # noqa: F401
     import aot_tune.bench.local.worker  # noqa: F401
     import aot_tune.build.compile  # noqa: F401
     import aot_tune.build.specialize  # noqa: F401

@@ -168,7 +168,7 @@ def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_pa
     project = make_project(tmp_path, manifest)
     proc = tune(project, "gemm", backend="cuda")
     assert "search: successive_halving, 9 configs per shape: 2 shapes" in proc.stderr, proc.stderr
-    from aot_tune.bench.engine.measure import MIN_SAMPLES
+    from aot_tune.bench.engine.timing import MIN_SAMPLES
     from aot_tune.cache import read_record
 
     for path in (project / ".aot_tune" / "bench").rglob("gemm/*.pb"):

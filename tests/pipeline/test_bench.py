@@ -11,7 +11,7 @@ import random
 import pytest
 from tunerun import planted
 
-from aot_tune.bench.engine.measure import MAX_INPUT_SETS, plan_rotation
+from aot_tune.bench.engine.workload import MAX_INPUT_SETS, plan_rotation
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.bench.runner import BenchRequest
 from aot_tune.cache import median_interval

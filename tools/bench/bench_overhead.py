@@ -5,7 +5,7 @@ For sampled configs of the repo's kernels on the shapes of tuning.yaml, each con
 
 * do_bench: ``triton.testing.do_bench(fn, quantiles=(0.5, 0.2, 0.8))`` with its defaults
   (warmup 25 ms, rep 100 ms, a 256 MB L2 flush before every timed run), as the autotuner does;
-* ours: aot_tune.bench.engine.measure with the kernel's bench settings from tuning.yaml (what
+* ours: aot_tune.bench.engine.pipeline with the kernel's bench settings from tuning.yaml (what
   `doit tune` runs), including its correctness check on fresh inputs: one pass over the shape's
   sampled configs per repeat, pipelined as a bench task runs them (its wall time is shared out
   evenly among them).
@@ -30,7 +30,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from aot_tune.bench.engine.measure import Workload, measure_configs, warm_up_graphs
+from aot_tune.bench.engine.pipeline import measure_configs, warm_up_graphs
+from aot_tune.bench.engine.workload import Workload
 from aot_tune.bench.runner import BenchRequest
 from aot_tune.manifest import load_manifest
 from aot_tune.space import Config

@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from aot_tune.bench.engine import measure
+from aot_tune.bench.engine import check, pipeline, timing
+from aot_tune.bench.engine.workload import Workload
 from aot_tune.bench.nvml import GpuClocks
 from aot_tune.manifest import load_manifest
 from tools.bench.bench_overhead import request_for, sampled_configs
@@ -31,16 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Host steps timed during the profiled passes: (owner, attribute, label). Nested steps win.
 HOST_STEPS = (
-    (measure, "_load_kernels", "pass set-up: loading kernels"),
-    (measure.Workload, "expected", "pass set-up: reference outputs"),
-    (measure.Workload, "rotation_for", "pass set-up: input sets"),
-    (measure._Check, "__init__", "check: queue check and probe launches"),
-    (measure._Check, "read", "check: wait, read"),
-    (measure.Comparison, "verdict", "check: reading the comparison"),
-    (measure.ConfigTiming, "capture", "graph capture"),
-    (measure.ConfigTiming, "start", "start: rewarm, queue timed launches"),
-    (measure, "_poison_and_replay", "start: graph write check"),
-    (measure.ConfigTiming, "finish", "finish: wait, read"),
+    (pipeline, "_load_kernels", "pass set-up: loading kernels"),
+    (Workload, "expected", "pass set-up: reference outputs"),
+    (Workload, "rotation_for", "pass set-up: input sets"),
+    (pipeline._Check, "__init__", "check: queue check and probe launches"),
+    (pipeline._Check, "read", "check: wait, read"),
+    (check.Comparison, "verdict", "check: reading the comparison"),
+    (timing.ConfigTiming, "capture", "graph capture"),
+    (timing.ConfigTiming, "start", "start: rewarm, queue timed launches"),
+    (timing, "_poison_and_replay", "start: graph write check"),
+    (timing.ConfigTiming, "finish", "finish: wait, read"),
     (GpuClocks, "read", "clock reads (NVML)"),
 )
 
@@ -172,12 +173,12 @@ def main() -> int:
     l2_bytes = props.L2_cache_size
     if args.compile_only:
         for requests in passes:
-            list(measure.measure_configs(requests, measure.Workload(requests[0], "cuda:0"), "cuda", l2_bytes))
+            list(pipeline.measure_configs(requests, Workload(requests[0], "cuda:0"), "cuda", l2_bytes))
         return 0
     subprocess.run([sys.executable, "-m", __spec__.name, "--compile-only", "--configs", str(args.configs), "--seed",
                     str(args.seed)] + [f"--shape={s}" for s in args.shape], check=True)
     torch.ones(1, device="cuda").add_(1)  # the CUDA context and torch's elementwise kernels, before profiling
-    measure.warm_up_graphs("cuda:0")  # as a device worker does when it opens its GPU
+    pipeline.warm_up_graphs("cuda:0")  # as a device worker does when it opens its GPU
     clocks = GpuClocks(str(getattr(props, "uuid", "")))  # as a device worker reads them
     steps: list[tuple[float, float, str]] = []
     install_step_timers(steps)
@@ -188,8 +189,8 @@ def main() -> int:
         torch.cuda.synchronize()
         began = time.perf_counter()
         for requests in passes:
-            workload = measure.Workload(requests[0], "cuda:0")
-            results += list(measure.measure_configs(requests, workload, "cuda", l2_bytes, clocks))
+            workload = Workload(requests[0], "cuda:0")
+            results += list(pipeline.measure_configs(requests, workload, "cuda", l2_bytes, clocks))
         torch.cuda.synchronize()
         wall = time.perf_counter() - began
         marks.append(time.perf_counter_ns() / 1e3)

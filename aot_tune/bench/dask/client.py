@@ -26,9 +26,9 @@ import re
 import uuid
 import zlib
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, Runner
 from aot_tune.runtime.devices import INTERPRETER
 from aot_tune.errors import BenchUnavailable, TuneError
 from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
@@ -47,8 +47,11 @@ class ClusterLost(BenchUnavailable):
     """The scheduler went away: nothing more can run on the cluster in this run."""
 
 
-class ClusterDevices:
+class ClusterDevices(Runner):
     """The bench devices of a Dask cluster, one device model per declared kind."""
+
+    #: The cluster's workers were up before the run: no start-up to report.
+    started_at = ready_at = None
 
     def __init__(self, address: str, worker_wait_s: float = DEFAULT_WORKER_WAIT_S, log=print) -> None:
         try:
@@ -159,7 +162,7 @@ class ClusterDevices:
                 found[address] = (str(worker.get("name", address)), kinds)
         return found
 
-    # -- the bench-devices interface (as aot_tune.bench.local.pool.DevicePool) --------------------
+    # -- the bench-devices interface (Runner, as aot_tune.bench.local.pool.DevicePool) ---------
     def start(self) -> None:
         """Start every bench worker's device process in the background (while the compiles run)."""
         if self._started or self._sources is None:
@@ -189,7 +192,7 @@ class ClusterDevices:
             pass
 
     # -- used by leases --------------------------------------------------------------------
-    def cache_entries(self, requests: list[BenchRequest]) -> dict[str, dict[str, bytes]]:
+    def cache_entries(self, requests: Sequence[BenchRequest]) -> dict[str, dict[str, bytes]]:
         """Triton cache entries of every compile the requests' launches use, each file compressed
         (a cubin to about a third); packed once per run."""
         entries = {}
@@ -265,7 +268,7 @@ class ClusterDevices:
             return sum(kind == k for _, k in self._members.values())
 
 
-class ClusterLease:
+class ClusterLease(DeviceLease):
     """A bench task's hold on one device model of the cluster; each ``measure_all`` is one Dask task."""
 
     def __init__(self, cluster: ClusterDevices, device: DeviceModel) -> None:
@@ -292,7 +295,7 @@ class ClusterLease:
         assert self._info is not None
         return self._info
 
-    def measure_all(self, requests: list[BenchRequest], timeout_s: float) -> list[ConfigMeasurement]:
+    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> list[ConfigMeasurement]:
         first = requests[0] if requests else None
         label = f"{first.kernel} {first.dtype} {'x'.join(str(v) for _, v in first.shape)}" if first else "device"
         batch = RemoteBatch(

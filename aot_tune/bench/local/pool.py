@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from aot_tune.workers import forking
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, DeviceModel,
+                                   MeasurementStatus, Runner)
 from aot_tune.bench.local.worker import worker_main
 
 STARTUP_TIMEOUT_S = 300.0
@@ -44,11 +45,11 @@ class _Suspects:
     """Configs that had work on a device when its worker died, hung or lost its CUDA context."""
 
     config_ids: tuple[str, ...]
-    status: str  # what the culprit gets: crashed or timeout
+    status: MeasurementStatus  # what the culprit gets: crashed or timeout
     reason: str
 
 
-class DeviceLease:
+class LocalLease(DeviceLease):
     """A device held by one bench task; sends it the task's configs and collects the results."""
 
     def __init__(self, pool: "DevicePool", index: int) -> None:
@@ -134,7 +135,7 @@ class DeviceLease:
             yield _Suspects(current, "crashed", f"device worker died (exit code {code})")
 
 
-class DevicePool:
+class DevicePool(Runner):
     """Device workers for one backend: ``cuda`` (one per visible GPU) or ``interpreter`` (one)."""
 
     def __init__(self, backend: str, device_count: int, triton_cache_dir: str) -> None:
@@ -156,13 +157,13 @@ class DevicePool:
         self._context = multiprocessing.get_context("spawn") if backend != "cuda" else None
 
     @contextlib.contextmanager
-    def lease(self, device=None) -> Iterator[DeviceLease]:
+    def lease(self, device: DeviceModel | None = None) -> Iterator[LocalLease]:
         """Hold a free device of this pool (all of one model: ``device``, the model a bench task
         asks for, is the pool's own) until the block ends."""
         self._start_all_once()
         index = self._free.get()
         try:
-            yield DeviceLease(self, index)
+            yield LocalLease(self, index)
         finally:
             self._free.put(index)
 

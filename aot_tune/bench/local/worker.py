@@ -43,7 +43,8 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
         conn.send(("spawn instead", problem))
         return
     triton_compat.pin_environment()
-    from aot_tune.bench.engine.measure import Workload, context_usable, measure_configs
+    from aot_tune.bench.engine.pipeline import context_usable, measure_configs
+    from aot_tune.bench.engine.workload import Workload
 
     info, device, clocks = _open_device(backend, device_index)
     conn.send(info)
@@ -104,7 +105,7 @@ def _open_device(backend: str, device_index: int):
 
     from aot_tune.runtime.devices import device_key
     from aot_tune.bench.runner import INTERPRETER_DEVICE
-    from aot_tune.bench.engine.measure import warm_up_graphs
+    from aot_tune.bench.engine.pipeline import warm_up_graphs
     from aot_tune.bench.nvml import GpuClocks
 
     if backend == "interpreter":

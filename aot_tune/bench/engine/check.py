@@ -1,0 +1,74 @@
+"""Correctness of one config's output: compared with the kernel's torch reference on the device.
+
+Every config runs once on random inputs and is compared with the kernel's torch reference under a
+dtype-aware relative tolerance; NaN, Inf or a wrong shape never pass. Consecutive configs are
+checked on different input sets, so a config that writes nothing cannot pass on the output its
+predecessor left in a reused buffer.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: ||out - ref|| / ||ref|| allowed per dtype (tf32 dots for float32 land near 3e-4).
+TOLERANCE = {"float32": 2e-3, "float16": 1e-2, "bfloat16": 3e-2}
+#: Input sets the correctness checks rotate through (consecutive configs never share one).
+CHECK_SETS = 2
+
+
+class DeviceValues:
+    """A small tensor to read later. On a GPU it is copied to pinned host memory right behind
+    the work that computes it, and read once that copy is done: waiting for the copy's event
+    does not wait for work queued after it, as ``.item()`` or ``.tolist()`` would (their copy
+    queues behind all of it). On the CPU it is read as it is."""
+
+    def __init__(self, values: Any) -> None:
+        import torch
+
+        self._copied = None
+        if not values.is_cuda:
+            self._host = values
+            return
+        self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+        self._host.copy_(values, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+
+    def read(self) -> Any:
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self._host.tolist()
+
+
+class Comparison:
+    """An output against its reference, computed on the device in float64 and read later, so
+    the check needs no synchronization of its own. NaN, Inf or a wrong shape never pass."""
+
+    def __init__(self, output: Any, expected: Any) -> None:
+        import torch
+
+        self._values = None
+        self._shape_error = ""
+        if tuple(output.shape) != tuple(expected.shape):
+            self._shape_error = f"output shape {tuple(output.shape)} != reference {tuple(expected.shape)}"
+            return
+        out, ref = output.double(), expected.double()
+        self._values = DeviceValues(torch.stack([torch.isfinite(out).all().double(),
+                                                 torch.linalg.vector_norm(out - ref), torch.linalg.vector_norm(ref)]))
+
+    def verdict(self, tolerance: float) -> tuple[bool, float, str]:
+        """(passed, relative error, why not); waits for the comparison if it has not run yet."""
+        if self._values is None:
+            return False, math.inf, self._shape_error
+        finite, diff, norm = self._values.read()
+        if not finite:
+            return False, math.inf, "output has NaN or Inf"
+        error = diff / max(norm, 1e-30)
+        if error > tolerance:
+            return False, error, f"relative error {error:.3g} exceeds {tolerance:g}"
+        return True, error, ""
+
+
+def check_result(output: Any, expected: Any, tolerance: float) -> tuple[bool, float, str]:
+    """Relative error in float64, read at once; NaN or a wrong shape never passes."""
+    return Comparison(output, expected).verdict(tolerance)

@@ -1,0 +1,252 @@
+"""The pipelined pass over a shape's configs on a GPU, and the interpreter's wall-clock path.
+
+The configs of one shape are measured as a pipeline in which the host never waits for an idle
+GPU: every config's kernels are loaded first (a load synchronizes the device), then the GPU runs
+check(i+1) and probe(i+1) queued between timed(i-1) and timed(i). The host reads config i+1's
+check while timed(i) runs, and captures its CUDA graph then. Device values (the comparison, the
+graph's write check) are read through pinned copies with their own events: ``.item()`` would
+wait for all the work queued after them. Since several configs have work queued at once, the
+worker is told which ones before every wait (``announce``): a fault that kills the context is
+pinned on one config by the pool measuring those again one at a time.
+
+Interpreter: wall clock on the CPU, a functional check with a rough time; its table is only
+ever used under the interpreter.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+from aot_tune.runtime.forcing import launch_with_config
+from aot_tune.triton_compat import load_instead_of_launch
+from aot_tune.bench.engine.check import CHECK_SETS, Comparison
+from aot_tune.bench.engine.timing import ConfigTiming, runtime_error
+from aot_tune.bench.engine.workload import Workload
+from aot_tune.bench.nvml import GpuClocks
+from aot_tune.bench.runner import BenchRequest, BenchSettings, ConfigMeasurement
+
+#: Idle GPU work queued before a check when less than this is queued (``torch.cuda._sleep``),
+#: so the check's and probe's event pairs time the kernel rather than the host issuing it.
+SPACER_MS = 1.0
+#: Throwaway CUDA graphs a worker captures and replays when it opens its GPU. On the H200, the
+#: first three graphs a process replayed ran a 1.8 us kernel at 1.4 us per launch, all later
+#: ones at 1.8 us; three throwaway graphs first made the first real ones read like the rest
+#: (docs/bench-log.md, "Where our spread comes from").
+WARMUP_GRAPHS = 3
+INTERPRETER_MAX_RUNS = 3
+
+
+#: (configs with work on the device now, phase): said before each step that may crash or hang.
+Announce = Callable[[tuple[str, ...], str], None]
+
+
+def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
+                    clocks: GpuClocks | None = None, announce: Announce | None = None) -> Iterator[ConfigMeasurement]:
+    """Check and time configs of one (kernel, shape, dtype), yielding each result when it is
+    complete (on a GPU, as one pipelined pass; see the module doc). Never raises for a kernel
+    fault: it becomes the config's result."""
+    announce = announce or (lambda config_ids, phase: None)
+    if backend != "cuda":
+        for request in requests:
+            announce((request.config_id,), "check")
+            yield measure_wall(request, workload)
+        return
+    yield from _Pass(workload, l2_bytes, clocks, announce).measure(list(requests))
+
+
+def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement:
+    """Interpreter: the check, then a rough wall-clock time of a few runs on the CPU."""
+    index = workload.next_check_set()
+    began = time.perf_counter()
+    try:
+        run = workload.runner(request)
+        ok, error, message = Comparison(run(index), workload.expected(index)).verdict(workload.tolerance)
+        if not ok:
+            return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
+        checked = time.perf_counter()
+        times = time_wall(lambda: run(index), request.settings)
+    except Exception as exc:  # a config that raises is a result; the worker decides if it can go on
+        return runtime_error(request, exc)
+    return ConfigMeasurement(request.config_id, "ok", times_ms=times, error_norm=error, method="wall",
+                             phase_seconds={"check": checked - began, "timed": time.perf_counter() - checked})
+
+
+def time_wall(run: Callable[[], Any], settings: BenchSettings) -> list[float]:
+    """Wall ms of up to ``INTERPRETER_MAX_RUNS`` runs, fewer once ``rep_ms`` is spent."""
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < INTERPRETER_MAX_RUNS and (not times or spent < settings.rep_ms):
+        began = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - began) * 1e3)
+        spent += times[-1]
+    return times
+
+
+class _Pass:
+    """One pipelined pass over a shape's configs on a GPU. In steady state the GPU queue holds
+    timed(i-1), then check(i+1) with its probe, then timed(i); the host waits only for work
+    that is already running, so the GPU does not idle between configs."""
+
+    def __init__(self, workload: Workload, l2_bytes: int, clocks: GpuClocks | None, announce: Announce) -> None:
+        self.workload, self.l2_bytes, self.clocks, self.announce = workload, l2_bytes, clocks, announce
+        self.in_flight: list[str] = []  # configs with work queued on the GPU and no result yet
+        #: how much longer the probe's one launch took than a launch inside a graph, so far (ms):
+        #: the event pair and launch overhead a graph replay does not pay
+        self.probe_overheads: list[float] = []
+
+    def measure(self, requests: list[BenchRequest]) -> Iterator[ConfigMeasurement]:
+        if not requests:
+            return
+        self.in_flight = [r.config_id for r in requests]
+        self._say("load")
+        _load_kernels(requests, self.workload)
+        try:
+            self.workload.rotation_for(requests[0].settings, self.l2_bytes)  # the input sets, once per shape
+            for index in range(CHECK_SETS):
+                self.workload.expected(index)  # reference outputs now: they synchronize (all-zero test)
+        except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
+            for request in requests:
+                yield runtime_error(request, exc)
+            return
+        self.in_flight = []
+        running: ConfigTiming | None = None  # timed launches queued, samples not read
+        ready: ConfigTiming | None = None  # checked and captured, nothing of its timing queued
+        for request in requests:
+            busy = running is not None and running.queued_for(SPACER_MS)
+            check = _Check(request, self.workload, gpu_busy=busy)
+            self.in_flight.append(request.config_id)
+            if ready is not None:
+                ready.start()
+            if running is not None:
+                yield self._finish(running)
+            running, ready = ready, None
+            self._say("check")
+            prepared = check.read(self.clocks)
+            if isinstance(prepared, ConfigMeasurement):
+                self.in_flight.remove(request.config_id)
+                yield prepared
+                continue
+            prepared.capture(statistics.median(self.probe_overheads) if self.probe_overheads else 0.0)
+            ready = prepared
+        if ready is not None:
+            ready.start()
+        for timing in (running, ready):
+            if timing is not None:
+                yield self._finish(timing)
+
+    def _finish(self, timing: "ConfigTiming") -> ConfigMeasurement:
+        self._say("time")
+        result = timing.finish()
+        self.in_flight.remove(timing.request.config_id)
+        if timing.probe_overhead_ms is not None:
+            self.probe_overheads.append(timing.probe_overhead_ms)
+        return result
+
+    def _say(self, phase: str) -> None:
+        self.announce(tuple(self.in_flight), phase)
+
+
+def _load_kernels(requests: Sequence[BenchRequest], workload: Workload) -> None:
+    """Load every config's kernels before anything is queued: a load synchronizes the device, so
+    one inside the pass would drain the queue. A config whose load fails is left to its check."""
+    with load_instead_of_launch():
+        for request in requests:
+            if request.plain:
+                continue
+            try:
+                launch_with_config(workload.launch, workload.inputs(0), dict(request.config),
+                                   kernel=workload.kernel, hooks=False)
+            except Exception:  # noqa: BLE001 - the check's launch raises it again, as the config's result
+                pass
+
+
+class _Check:
+    """A config's check launch, its comparison with the reference and one probe launch, each
+    launch between CUDA events, all queued without waiting; ``read`` waits for them."""
+
+    def __init__(self, request: BenchRequest, workload: Workload, gpu_busy: bool) -> None:
+        import torch
+
+        self.request, self.workload = request, workload
+        self.failure: ConfigMeasurement | None = None
+        began = time.perf_counter()
+        try:
+            if not gpu_busy:
+                _keep_busy(SPACER_MS)
+            index = workload.next_check_set()
+            self.run = run = workload.runner(request)
+            self.events = events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            events[0].record()
+            output = run(index)
+            events[1].record()
+            self.comparison = Comparison(output, workload.expected(index))
+            del output
+            self.probe_set = workload.take_sets(1)
+            if self.probe_set == index and workload.rotation.sets > 1:  # the check just read it: warm in L2
+                self.probe_set = workload.take_sets(1)
+            events[2].record()
+            issued = time.perf_counter()
+            run(self.probe_set)
+            self.host_ms = (time.perf_counter() - issued) * 1e3
+            events[3].record()
+        except Exception as exc:  # noqa: BLE001 - a config that raises is a result
+            self.failure = runtime_error(request, exc)
+        self.enqueue_seconds = time.perf_counter() - began
+
+    def read(self, clocks: GpuClocks | None) -> "ConfigTiming | ConfigMeasurement":
+        """The config's timing plan, or its failure (wrong result, a fault)."""
+        if self.failure is not None:
+            return self.failure
+        began = time.perf_counter()
+        try:
+            self.events[3].synchronize()
+            ok, error, message = self.comparison.verdict(self.workload.tolerance)
+            if not ok:
+                return ConfigMeasurement(self.request.config_id, "wrong_result", message, error_norm=error)
+            check_ms = self.events[0].elapsed_time(self.events[1])
+            gpu_ms = self.events[2].elapsed_time(self.events[3])
+        except Exception as exc:  # noqa: BLE001
+            return runtime_error(self.request, exc)
+        phases = {"check": self.enqueue_seconds + time.perf_counter() - began}
+        return ConfigTiming(self.request, clocks, error, phases, launch=self.run, workload=self.workload,
+                            gpu_ms=gpu_ms, host_ms=self.host_ms, warmed_ms=check_ms + gpu_ms)
+
+
+def _keep_busy(ms: float) -> None:
+    """Queue about ``ms`` of GPU spinning (at 2 GHz; longer at lower clocks)."""
+    import torch
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(int(ms * 2e6))
+
+
+def warm_up_graphs(device: str) -> None:
+    """Capture and replay ``WARMUP_GRAPHS`` throwaway graphs (64 small additions, 50 replays
+    each), so that no config's graph is among a process's first: those replay faster than
+    later ones, and the pass's first graph-timed configs would look faster than they are."""
+    import torch
+
+    x, y = torch.ones(65536, device=device), torch.ones(65536, device=device)
+    for _ in range(WARMUP_GRAPHS):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(64):
+                x + y
+        for _ in range(50):
+            graph.replay()
+    torch.cuda.synchronize()
+
+
+def context_usable() -> bool:
+    """False after a sticky CUDA error (illegal address, launch failure): the process must go."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        probe = torch.ones(1, device="cuda")
+        return bool((probe + 1).item() == 2.0)
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return False

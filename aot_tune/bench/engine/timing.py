@@ -1,0 +1,278 @@
+"""How one checked config is timed on a GPU (CUDA events or CUDA-graph replays).
+
+1. A probe launch right after the check launch, each between a pair of CUDA events, queued
+   behind other work (or behind ``SPACER_MS`` of GPU spinning when too little is queued; see
+   aot_tune.bench.engine.pipeline) so the events time the kernel and not the host issuing it.
+   It gives the per-launch GPU time and the host time to issue one launch. The rest of
+   ``warmup_ms`` (at least ``REWARM_MS``) runs right before the timed launches.
+2. Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
+   host are timed as CUDA-graph replays of many launches, so host launch overhead cannot leak
+   into the samples; the others get a pair of CUDA events around each launch. The run count is
+   sized from the probe to fill ``rep_ms`` of GPU time; samples that fall short of
+   ``TOP_UP_BELOW`` of it get more.
+3. Cold L2 without a flush kernel: timed launches cycle through the shape's rotating input sets
+   (aot_tune.bench.engine.workload).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import warnings
+from typing import Any, Callable
+
+from aot_tune.bench.engine.check import DeviceValues
+from aot_tune.bench.engine.workload import Workload
+from aot_tune.bench.nvml import ClockReading, GpuClocks
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
+
+#: Kernels faster than this are timed with CUDA graphs.
+GRAPH_BELOW_MS = 0.010
+#: ... and so are kernels whose GPU time is under this multiple of their host launch time.
+HOST_BOUND_RATIO = 1.5
+#: GPU time one graph replay (one sample) spans at least.
+GRAPH_SAMPLE_MS = 0.25
+MAX_GRAPH_LAUNCHES = 1024
+MIN_SAMPLES = 10
+MAX_SAMPLES = 10_000
+MAX_WARMUP_LAUNCHES = 4096
+#: GPU time of launches right before the timed ones (other work ran since the check and probe).
+REWARM_MS = 0.5
+#: Samples that cover less than this share of ``rep_ms`` (the probe overestimated the kernel)
+#: get more.
+TOP_UP_BELOW = 0.8
+
+
+def runtime_error(request: BenchRequest, exc: BaseException) -> ConfigMeasurement:
+    """A config that raised: its result (the worker decides whether it can go on)."""
+    return ConfigMeasurement(request.config_id, "runtime_error", f"{type(exc).__name__}: {exc}"[:500])
+
+
+class ConfigTiming:
+    """The timing of one checked config, in three steps the pass interleaves with other configs'
+    work: ``capture`` (host only: the CUDA graph of a short kernel), ``start`` (queue the rest
+    of the warm-up and the timed launches) and ``finish`` (wait for them, read the samples).
+
+    Kernels that are short (under ``GRAPH_BELOW_MS``) or shorter than their own launch on the
+    host are timed as replays of a graph of ``k`` launches over all rotating input sets (so
+    host launch overhead cannot leak into the samples and the cold-L2 property holds inside the
+    graph); the others get a pair of CUDA events around each launch. Sample counts fill
+    ``rep_ms`` of GPU time.
+    """
+
+    def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float, phases: dict[str, float], *,
+                 launch: Callable[[int], Any], workload: Workload, gpu_ms: float, host_ms: float,
+                 warmed_ms: float) -> None:
+        self.request = request
+        self.settings = request.settings
+        self._clocks, self._error = clocks, error
+        self._clocks_start = ClockReading()
+        self.phases = phases
+        self._launch = launch
+        self._rotation, self._take_sets = workload.rotation, workload.take_sets  # the shape's, shared by its configs
+        self._gpu_ms, self._warmed_ms = gpu_ms, warmed_ms
+        self._graph: Any = None
+        self._graph_output: Any = None
+        self._unwritten: Any = None
+        self._k = 1
+        self._replay_estimate_ms = 0.0
+        #: probe time less the time of one launch in the graph, once a graph-timed config has finished
+        self.probe_overhead_ms: float | None = None
+        self._events: list | None = None
+        self._failure: ConfigMeasurement | None = None
+        self.method = "graph" if _graph_timed(gpu_ms, host_ms) else "events"
+
+    # -- capture: host only --------------------------------------------------------------------
+    def capture(self, probe_overhead_ms: float = 0.0) -> None:
+        """Capture the graph of a short kernel on a side stream without synchronizing the device,
+        so the GPU goes on with work queued before. A launch in the graph is estimated as the
+        probe's launch less ``probe_overhead_ms`` (what earlier graphs of the pass measured: the
+        event pair and launch overhead around one launch, microseconds that dominate a short
+        kernel's probe). A launch function that cannot be captured (it synchronizes, say) is
+        timed with events."""
+        if self.method != "graph":
+            return
+        began = time.perf_counter()
+        sets = self._rotation.sets
+        launch_ms = max(self._gpu_ms - probe_overhead_ms, self._gpu_ms / 4, 1e-4)
+        self._k = _clamp(max(math.ceil(GRAPH_SAMPLE_MS / launch_ms), sets), 1, MAX_GRAPH_LAUNCHES)
+        self._replay_estimate_ms = self._k * launch_ms
+        try:
+            self._graph, self._graph_output = _capture(self._launch, self._k, self._take_sets(0), sets)
+        except Exception:  # noqa: BLE001 - capture is an optimization; a failed one falls back
+            self.method, self._graph = "events", None
+        self.phases["capture"] = time.perf_counter() - began
+
+    # -- start: queue, asynchronously ----------------------------------------------------------
+    def start(self) -> None:
+        """Queue the rest of the warm-up (at least ``REWARM_MS``: another config ran since the
+        probe) and the timed launches, without waiting."""
+        try:
+            began = time.perf_counter()
+            rewarm_ms = max(REWARM_MS, self.settings.warmup_ms - self._warmed_ms)
+            if self.method == "graph":
+                graph, per_sample = self._graph, max(self._replay_estimate_ms, 1e-4)
+                self._take_sets(self._k)  # every replay reads the sets the graph captured
+                self._unwritten = _poison_and_replay(graph, self._graph_output)
+                for _ in range(_clamp(math.ceil(rewarm_ms / per_sample) - 1, 0, MAX_SAMPLES)):
+                    graph.replay()
+                self.phases["warmup"] = time.perf_counter() - began
+                began = time.perf_counter()
+                runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
+                self._events = _record_events(runs, lambda _: graph.replay())
+            else:
+                gpu_ms = max(self._gpu_ms, 1e-4)
+                rewarm = _clamp(math.ceil(rewarm_ms / gpu_ms), 1, MAX_WARMUP_LAUNCHES)
+                runs = _clamp(math.ceil(self.settings.rep_ms / gpu_ms), MIN_SAMPLES, MAX_SAMPLES)
+                launch = self._rotating_launch(rewarm + runs)
+                for i in range(rewarm):
+                    launch(i)
+                self.phases["warmup"] = time.perf_counter() - began
+                began = time.perf_counter()
+                self._events = _record_events(runs, lambda i: launch(rewarm + i))
+            self.phases["timed"] = time.perf_counter() - began
+            self._clocks_start = self._read_clocks()  # the GPU is running this config or the one before
+        except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
+            self._failure = runtime_error(self.request, exc)
+
+    def _rotating_launch(self, count: int) -> Callable[[int], Any]:
+        """Launch ``i`` of the next ``count`` reads the i-th of the next input sets of the rotation."""
+        first, sets, launch = self._take_sets(count), self._rotation.sets, self._launch
+        return lambda i: launch((first + i) % sets)
+
+    def queued_for(self, ms: float) -> bool:
+        """Whether at least about ``ms`` of this config's timed launches have yet to start (an
+        event query, no wait): work queued now runs behind them, not on an idle GPU."""
+        if not self._events:
+            return False
+        per_sample = self._replay_estimate_ms if self.method == "graph" else self._gpu_ms
+        back = _clamp(math.ceil(ms / max(per_sample, 1e-4)), 1, len(self._events))
+        return not self._events[-back][0].query()
+
+    def _read_clocks(self) -> ClockReading:
+        """SM and memory clocks now (NVML), read while timed launches run."""
+        if self._clocks is None:
+            return ClockReading()
+        began = time.perf_counter()
+        reading = self._clocks.read()
+        self.phases["clocks"] = self.phases.get("clocks", 0.0) + time.perf_counter() - began
+        return reading
+
+    # -- finish: wait and read -----------------------------------------------------------------
+    def finish(self) -> ConfigMeasurement:
+        if self._failure is not None:
+            return self._failure
+        clocks_end = self._read_clocks()  # before the wait: the timed launches still run
+        began = time.perf_counter()
+        try:
+            times = _read_events(self._events)
+            if self.method == "graph" and self._unwritten is not None and self._unwritten.read():
+                times = self._time_with_events()  # the replays did not write the output
+            times += self._top_up(times)
+            if self.method == "graph":
+                times = [t / self._k for t in times]
+                self.probe_overhead_ms = self._gpu_ms - statistics.median(times)
+        except Exception as exc:  # noqa: BLE001
+            return runtime_error(self.request, exc)
+        if self._failure is not None:
+            return self._failure
+        self.phases["timed"] = self.phases.get("timed", 0.0) + time.perf_counter() - began
+        cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._rotation.sets)
+        self._graph = self._graph_output = self._events = None
+        return ConfigMeasurement(self.request.config_id, "ok", times_ms=times, error_norm=self._error,
+                                 method=self.method, launches_per_sample=self._k if self.method == "graph" else 1,
+                                 cold_l2=cold, clocks_start=self._clocks_start, clocks_end=clocks_end,
+                                 phase_seconds=dict(self.phases))
+
+    def _top_up(self, times: list[float]) -> list[float]:
+        """More samples when the probe's estimate was high and the samples cover less than
+        ``TOP_UP_BELOW`` of ``rep_ms`` (GPU ms of each, one untimed launch first: other work ran
+        since). Rare: queued behind the next config's work, they make the host wait for it."""
+        if self._failure is not None or not times:
+            return []
+        per_sample = statistics.median(times)
+        missing = self.settings.rep_ms - sum(times)
+        if missing <= (1 - TOP_UP_BELOW) * self.settings.rep_ms or len(times) >= MAX_SAMPLES:
+            return []
+        extra = _clamp(math.ceil(missing / max(per_sample, 1e-4)), 1, MAX_SAMPLES - len(times))
+        if self.method == "graph":
+            graph = self._graph
+            graph.replay()
+            return _read_events(_record_events(extra, lambda _: graph.replay()))
+        launch = self._rotating_launch(extra + 1)
+        launch(0)
+        return _read_events(_record_events(extra, lambda i: launch(i + 1)))
+
+    def _time_with_events(self) -> list[float]:
+        """Time again with an event pair per launch: a graph whose replays leave the output
+        unwritten recorded nothing of the launch (it ran outside the capture)."""
+        self.method, self._graph, self._k = "events", None, 1
+        self.start()
+        return _read_events(self._events) if self._failure is None else []
+
+
+def _graph_timed(gpu_ms: float, host_ms: float) -> bool:
+    return gpu_ms < GRAPH_BELOW_MS or gpu_ms < HOST_BOUND_RATIO * host_ms
+
+
+def _record_events(runs: int, body: Callable[[int], Any]) -> list:
+    """Queue ``body(i)`` for i in range(runs) with a pair of CUDA events around each call."""
+    import torch
+
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+    for i, (start, end) in enumerate(pairs):
+        start.record()
+        body(i)
+        end.record()
+    return pairs
+
+
+def _read_events(pairs: list) -> list[float]:
+    """GPU ms of each pair, read as soon as it completes: the host reads the early pairs while the
+    GPU still runs the later launches (reading a thousand pairs after the last one, as a
+    synchronize-then-read would, leaves the GPU idle for milliseconds)."""
+    times = []
+    for start, end in pairs:
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) -> tuple[Any, Any]:
+    """A graph of ``k`` launches cycling through the input sets, captured on a side stream.
+    Unlike ``torch.cuda.graph``, this neither synchronizes the device nor collects garbage
+    first, so work already queued keeps the GPU busy meanwhile (measured: capturing waits for
+    none of it)."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # inputs were written on the current stream
+    last = None
+    with warnings.catch_warnings(), torch.cuda.stream(stream):
+        warnings.filterwarnings("ignore", message="The CUDA Graph is empty")  # caught by the write check
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            for i in range(k):
+                last = launch((first_set + i) % sets)
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, last
+
+
+def _poison_and_replay(graph: Any, output: Any) -> Any:
+    """Queue: NaN into the last captured launch's output, one replay, then whether the output is
+    still all NaN (read after the timed replays; None when the output cannot be poisoned: not a
+    floating-point tensor). The replay also pays the graph's upload."""
+    import torch
+
+    poisoned = isinstance(output, torch.Tensor) and output.is_floating_point() and output.numel() > 0
+    if poisoned:
+        output.fill_(float("nan"))
+    graph.replay()
+    return DeviceValues(torch.isnan(output).all()) if poisoned else None
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))

@@ -1,0 +1,133 @@
+"""The inputs, reference outputs and input-set rotation of one (kernel, shape, dtype).
+
+Cold L2 without a flush kernel: timed launches cycle through enough independent input sets that
+every launch reads inputs other launches have pushed out of L2 (``l2_flush_bytes`` of other
+inputs in between, twice the device's L2 by default), one cycle across all of a shape's configs,
+the probe included. The GPU spends the whole timed phase in the kernel under test, instead of
+zeroing a 256 MB buffer before every run.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from aot_tune.build.loading import resolve
+from aot_tune.runtime.forcing import launch_with_config
+from aot_tune.bench.engine.check import CHECK_SETS, TOLERANCE
+from aot_tune.bench.runner import BenchRequest, BenchSettings
+
+MAX_INPUT_SETS = 1024
+#: Share of free device memory the rotating input sets may take.
+ROTATION_MEMORY_SHARE = 0.25
+
+
+class Workload:
+    """The inputs, reference outputs and launch function of one (kernel, shape, dtype).
+
+    Input sets are built on demand from seeds derived from the key, so every run of the tuner
+    sees the same inputs, and only the sets a measurement needs are ever allocated.
+    """
+
+    def __init__(self, request: BenchRequest, device: str) -> None:
+        import torch
+
+        self.kernel = request.kernel
+        self.root = request.root
+        self.launch = resolve(request.root, request.launch_ref)
+        self._make_inputs = resolve(request.root, request.inputs_ref)
+        self._reference = resolve(request.root, request.reference_ref)
+        self._shape = dict(request.shape)
+        self._dtype = getattr(torch, request.dtype)
+        self._device = device
+        self._seed = zlib.crc32(repr((request.kernel, request.shape, request.dtype)).encode())
+        self._sets: list[tuple] = []
+        self._expected: dict[int, Any] = {}
+        self._checked = 0
+        self._cursor = 0  # the next input set of the timing rotation
+        self.tolerance = TOLERANCE.get(request.dtype, 1e-2)
+        self.rotation: Rotation | None = None
+        self.inputs(0)  # fail here, once per shape, if the input builder is broken
+
+    def inputs(self, index: int) -> tuple:
+        import torch
+
+        while len(self._sets) <= index:
+            torch.manual_seed(self._seed + len(self._sets))
+            built = self._make_inputs(dict(self._shape), self._dtype, self._device)
+            self._sets.append(tuple(built))
+        return self._sets[index]
+
+    def expected(self, index: int) -> Any:
+        if index not in self._expected:
+            inputs = self.inputs(index)
+            if _all_zero(inputs):
+                raise ValueError("the input builder returned all-zero tensors, so a kernel that writes zeros "
+                                 "would pass the check; fix: build random inputs")
+            self._expected[index] = self._reference(*inputs)
+        return self._expected[index]
+
+    def next_check_set(self) -> int:
+        index = self._checked % CHECK_SETS
+        self._checked += 1
+        return index
+
+    def take_sets(self, count: int) -> int:
+        """The first of the next ``count`` input sets of the rotation: one cycle over all sets
+        across the shape's configs, so every launch reads the set left untouched the longest
+        (cold in L2). ``rotation_for`` decides the sets first."""
+        first = self._cursor
+        self._cursor = (first + count) % self.rotation.sets
+        return first
+
+    def run(self, index: int, config: dict) -> Any:
+        return launch_with_config(self.launch, self.inputs(index), config, kernel=self.kernel)
+
+    def runner(self, request: BenchRequest) -> Callable[[int], Any]:
+        """What one launch of the request does on input set ``i``: the kernel with the request's
+        config, or (``plain``) the named function as it is, e.g. the vendor baseline."""
+        if request.plain:
+            function = resolve(self.root, request.launch_ref)
+            return lambda i: function(*self.inputs(i))
+        config = dict(request.config)
+        return lambda i: self.run(i, config)
+
+    def rotation_for(self, settings: BenchSettings, l2_bytes: int) -> "Rotation":
+        """How many input sets timed launches cycle through (decided once per shape)."""
+        if self.rotation is None:
+            import torch
+
+            cold_bytes = (settings.l2_flush_bytes or 2 * l2_bytes) if settings.l2_flush else 0
+            free_bytes = torch.cuda.mem_get_info()[0] if self._device != "cpu" else 0
+            self.rotation = plan_rotation(_tensor_bytes(self.inputs(0)), cold_bytes, free_bytes)
+            self.inputs(self.rotation.sets - 1)  # build every set now, never inside a timed phase
+            torch.cuda.synchronize()
+        return self.rotation
+
+
+@dataclass(frozen=True)
+class Rotation:
+    sets: int
+    cold_l2: bool
+
+
+def plan_rotation(set_bytes: int, cold_bytes: int, free_bytes: int) -> Rotation:
+    """Sets to cycle through so that between two reads of one set at least ``cold_bytes`` of other
+    inputs pass through L2; capped by memory and ``MAX_INPUT_SETS``. ``cold_l2`` says whether
+    the cap still let that happen (tiny inputs may not: they stay L2-resident in real use too)."""
+    if cold_bytes <= 0 or set_bytes <= 0:
+        return Rotation(1, False)
+    wanted = math.ceil(cold_bytes / set_bytes) + 1
+    affordable = max(1, int(free_bytes * ROTATION_MEMORY_SHARE) // set_bytes)
+    sets = max(1, min(wanted, affordable, MAX_INPUT_SETS))
+    return Rotation(sets, (sets - 1) * set_bytes >= cold_bytes)
+
+
+def _tensor_bytes(inputs: tuple) -> int:
+    return sum(x.numel() * x.element_size() for x in inputs if hasattr(x, "element_size"))
+
+
+def _all_zero(inputs: tuple) -> bool:
+    tensors = [x for x in inputs if hasattr(x, "element_size") and x.numel() > 0]
+    return bool(tensors) and all(not x.any().item() for x in tensors)
