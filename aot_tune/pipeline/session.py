@@ -208,7 +208,8 @@ class TuneSession:
             entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
         return entries, fresh + measured
 
-    def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None, device: DeviceModel):
+    def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
+                device: DeviceModel):
         """Run the unit's budgeted search. The configs it chooses together (the surrogate's
         batches) are measured as one pipelined batch, like the exhaustive path's. A probe the
         previous record under this fingerprint already answers (same config, same timing length)
@@ -273,7 +274,8 @@ class TuneSession:
             kernel_hashes=self._kernel_hashes(kp, unit, config, device),
         )
 
-    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, device) -> dict[str, ConfigMeasurement]:
+    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease,
+                           device: DeviceModel) -> dict[str, ConfigMeasurement]:
         """The default config and the vendor function, on the device the configs just ran on.
         Not counted in the Triton cache hit rate: a default outside the space has no AOT compile,
         so the device worker compiles it."""
