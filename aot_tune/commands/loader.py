@@ -31,6 +31,14 @@ def stage_action(action, args: tuple):
     return TaskFailed(outcome.message) if isinstance(outcome, StageFailure) else outcome
 
 
+def _adapted(tasks):
+    """The rule's task dicts, each action run through ``stage_action`` (doit wants a generator)."""
+    for task in tasks:
+        if "actions" in task:
+            task = {**task, "actions": [(stage_action, action) for action in task["actions"]]}
+        yield task
+
+
 def guard_tables(plan: Plan, staleness: Staleness) -> None:
     """Refuse to run when a generated module holds entries its cache lacks: rendering it again
     would drop those tables without anyone asking (a deleted, emptied or truncated cache)."""
@@ -102,10 +110,7 @@ class ManifestLoader(TaskLoader2):
                 raise InvalidDodoFile(str(err)) from None
         task_list = []
         for stage in (compile, bench, merge, generate):
-            tasks = list(stage.tasks(self.session))
-            for task in tasks:
-                task["actions"] = [(stage_action, action) for action in task.get("actions", ())]
-            task_list.extend(generate_tasks(stage.__name__, tasks, stage.__doc__))
+            task_list.extend(generate_tasks(stage.__name__, _adapted(stage.tasks(self.session)), stage.__doc__))
         assert rules.STAGES == ("compile", "bench", "merge", "generate")
         if getattr(cmd, "execute_tasks", False):
             self.session.start_workers()  # while doit prepares to run the tasks
