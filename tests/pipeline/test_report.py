@@ -17,7 +17,8 @@ from tunerun import REPO, doit, gemm_manifest, make_project
 from aot_tune import cache as cache_io
 from aot_tune.manifest import load_manifest
 from aot_tune.reports.report import build_report, write_report
-from aot_tune.pipeline.runlog import append_run, time_split
+from aot_tune.build.compile import CompileRecord, CompileResult
+from aot_tune.pipeline.runlog import RunRecord, append_run, read_runs, time_split
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
@@ -170,13 +171,15 @@ def synthetic(tmp_path) -> Path:
                      kernel="softmax", key=("M", "N"))
     cache_io.write_cache(cache_io.sorted_cache([softmax]), project / "generated" / "softmax.tuning.pb")
     work = project / ".aot_tune"
-    append_run(work, {"started_at": "2026-11-22T01:00:00+00:00", "wall_s": 10.0, "ok": True, "device": "h200",
-                      "kernels": ["gemm"], "stages": {"specialize": [0.5, 1.0], "compile": [1.0, 6.0],
-                                                      "bench": [5.0, 9.5]}})
+    append_run(work, RunRecord(started_at="2026-11-22T01:00:00+00:00", wall_s=10.0, ok=True, device="h200",
+                               backend="cuda", kernels=["gemm"],
+                               stages={"specialize": [0.5, 1.0], "compile": [1.0, 6.0], "bench": [5.0, 9.5]}))
     for target, status, seconds in (("sm90", "ok", 2.0), ("sm90", "shared_memory", 1.5), ("sm80", "ok", 3.0)):
         out = work / "compile" / "gemm" / target / "spec0" / f"{target}-{status}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"seconds": seconds, "status": status, "message": "needs more shared memory"}))
+        result = CompileResult("gemm", f"{target}-{status}", target, status=status, seconds=seconds,
+                               message="needs more shared memory")
+        out.write_text(CompileRecord("fp", {}, "spec0", [], result).to_json())
     return project
 
 
@@ -210,8 +213,7 @@ def test_synthetic_cache_rates_floors_failures_and_missing_baselines(synthetic, 
     # compile outputs of the tree, and the run log split into disjoint parts
     assert gemm.compile_time.compiles == 3 and gemm.compile_time.by_target["sm90"] == (2, 3.5)
     assert [f.reason for f in gemm.compile_time.failures] == ["sm90 shared_memory"]
-    assert report.runs[0].split == time_split({"wall_s": 10.0, "stages": {"specialize": [0.5, 1.0],
-                                                                          "compile": [1.0, 6.0], "bench": [5.0, 9.5]}})
+    assert report.runs[0].split == time_split(read_runs(synthetic / ".aot_tune")[0])
     assert report.runs[0].split == {"specialize": 0.5, "compile": 4.0, "bench": 4.5, "other": 1.0}
     softmax = next(k for k in report.kernels if k.name == "softmax")
     (row,) = softmax.devices[0].rows

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tunerun import gemm_manifest, make_project
 
-from aot_tune.build.compile import CompileRequest
+from aot_tune.build.compile import CompileRecord, CompileRequest, CompileResult
 from aot_tune.workers.pools import Executors
 from aot_tune.bench.runner import INTERPRETER_DEVICE
 from aot_tune.manifest import load_manifest
@@ -135,7 +135,9 @@ def test_the_compile_queue_starts_with_what_took_longest_last_time(specialized):
         slow = next(u for u in kp.compile_units if u.config.as_dict()["BLOCK_K"] == 32)
         for unit in kp.compile_units:
             unit.output.parent.mkdir(parents=True, exist_ok=True)
-            unit.output.write_text(json.dumps({"fingerprint": "an older kernel", "seconds": 9.0 if unit is slow else 1.0}))
+            result = CompileResult(unit.kernel, unit.config.id, unit.target, seconds=9.0 if unit is slow else 1.0)
+            unit.output.write_text(CompileRecord("an older kernel", unit.config.as_dict(), unit.specialization, [],
+                                                 result).to_json())
         assert queue()[0] == slow.name.partition(":")[2]
     finally:
         for path, text in saved.items():

@@ -152,9 +152,9 @@ def our_split(project: Path, wall: float) -> dict:
         return {}
     run = runs[-1]
     split = time_split(run)
-    split["other"] = round(split.get("other", 0.0) + max(0.0, wall - run["wall_s"]), 3)
-    return {"split": split, "compile_worker_s": run.get("worker_seconds", {}).get("compile"),
-            "compile": run.get("compile", {}), "bench": run.get("bench", {})}
+    split["other"] = round(split.get("other", 0.0) + max(0.0, wall - run.wall_s), 3)
+    return {"split": split, "compile_worker_s": run.worker_seconds.get("compile"),
+            "compile": run.compile, "bench": run.bench}
 
 
 def our_picks(project: Path) -> dict[tuple[int, ...], dict]:
