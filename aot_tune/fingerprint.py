@@ -181,10 +181,22 @@ class SourceIndex:
             base = folder.joinpath(*parts)
             for path in (base.with_suffix(".py"), base / "__init__.py"):
                 if path.is_file():
-                    source = path.read_text()
-                    tree = ast.parse(source, filename=str(path))
+                    source, tree = _read_source(path, module_name)
                     return _Module(module_name, path, source, *_index(tree, module_name, path.name == "__init__.py"))
         return None
+
+
+def _read_source(path: Path, module_name: str) -> tuple[str, ast.Module]:
+    """A module's text and syntax tree; a file that is not UTF-8 Python is one line for the user."""
+    try:
+        source = path.read_text(encoding="utf-8")
+        return source, ast.parse(source, filename=str(path))
+    except UnicodeDecodeError as exc:
+        raise TuneError(f"{path}: not UTF-8 text (byte {exc.start}), so the fingerprint of {module_name} cannot "
+                        f"be read; fix: save the file as UTF-8") from None
+    except SyntaxError as exc:
+        raise TuneError(f"{path}:{exc.lineno}: {exc.msg} (module {module_name}, which a kernel entry reaches); "
+                        f"fix: correct the syntax") from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -83,7 +83,36 @@ _ARITY: dict[str, tuple[int, int | None]] = {
     "is_pow2": (1, 1),
 }
 
-_EVAL_GLOBALS: dict[str, Any] = {"__builtins__": {}, **FUNCTIONS}
+#: Longest expression text accepted: a manifest's expressions are a line each.
+MAX_EXPRESSION_LENGTH = 1000
+#: Largest integer a power may produce (bits): far beyond any tile or size, far below a hang.
+MAX_POWER_BITS = 4096
+#: Most raw combinations (the product of every param's value count) a space may have: each is
+#: checked against the constraints when the manifest loads.
+MAX_SPACE_COMBINATIONS = 200_000
+
+
+def _bounded_pow(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``, refused when an integer result would exceed ``MAX_POWER_BITS`` bits
+    (``9 ** 9 ** 9`` would otherwise run for minutes): every ``**`` of an expression comes here."""
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
+        if exponent * abs(base).bit_length() > MAX_POWER_BITS:
+            raise ValueError(f"{base} ** {exponent} is too large (over {MAX_POWER_BITS} bits)")
+    return base ** exponent
+
+
+_EVAL_GLOBALS: dict[str, Any] = {"__builtins__": {}, **FUNCTIONS, "_bounded_pow": _bounded_pow}
+
+
+class _PowToCall(ast.NodeTransformer):
+    """Rewrites ``a ** b`` into ``_bounded_pow(a, b)`` (after the whitelist check, so users cannot name it)."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Pow):
+            call = ast.Call(func=ast.Name("_bounded_pow", ast.Load()), args=[node.left, node.right], keywords=[])
+            return ast.copy_location(call, node)
+        return node
 
 
 # --------------------------------------------------------------------------- #
@@ -256,9 +285,13 @@ def parse_constraint(text: str, allowed_names: Iterable[str], line: int | None =
         raise ConstraintError(
             f"constraint must be a non-empty string, got {text!r}", "write a Python expression such as 'BLOCK_M <= 128'"
         )
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        raise ConstraintError(f"expression of {len(text)} characters is too long (at most {MAX_EXPRESSION_LENGTH})",
+                              "split it into several constraints, or simplify it")
     allowed = frozenset(allowed_names)
     tree = _parse_expression(text)
     names = _check_tree(tree, text, allowed)
+    tree = ast.fix_missing_locations(_PowToCall().visit(tree))
     code = compile(tree, f"<constraint {text.strip()!r}>", "eval")
     return Constraint(text=text.strip(), names=names, line=line, _code=code)
 
@@ -388,9 +421,18 @@ class ConfigSpace:
         deps = self._dependent
         if not deps:
             return self.configs()
-        self._check_shape_names(shape, deps)
-        shape_env = dict(shape)
-        return [c for c in self._configs if _passes(deps, {**shape_env, **c.as_dict()})]
+        memo = tuple(shape.items())
+        found = self._by_shape.get(memo)
+        if found is None:
+            self._check_shape_names(shape, deps)
+            shape_env = dict(shape)
+            found = self._by_shape[memo] = tuple(c for c in self._configs if _passes(deps, {**shape_env, **c.as_dict()}))
+        return list(found)
+
+    @cached_property
+    def _by_shape(self) -> dict[tuple, tuple[Config, ...]]:
+        """``configs_for`` per shape: the manifest checks every shape at load, the plan asks again."""
+        return {}
 
     def _check_shape_names(self, shape: Mapping[str, int], deps: tuple[Constraint, ...]) -> None:
         for c in deps:
@@ -402,6 +444,10 @@ class ConfigSpace:
                     "give every key dim in the shape",
                     c,
                 )
+
+    def combinations(self) -> int:
+        """Raw combinations of the params' values, before any constraint (cheap: no enumeration)."""
+        return math.prod(len(values) for _, values in self.params)
 
     def size(self) -> int:
         """Number of configs passing the shape-independent constraints."""

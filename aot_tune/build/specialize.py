@@ -15,10 +15,12 @@ run and a fresh clone with current caches never run this step.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
 from aot_tune.fingerprint import digest
 
@@ -69,7 +71,7 @@ def capture(request: SpecializeRequest) -> SpecializeResult:
     start = time.perf_counter()
     with triton_compat.target_driver(triton_compat.parse_target(request.target), capture=True):
         for shape, shape_dict, dtype, configs in request.launches:
-            inputs = make_inputs(dict(shape_dict), getattr(torch, dtype), "meta")
+            inputs = _meta_inputs(request, make_inputs, shape_dict, getattr(torch, dtype))
             specs = result.by_launch.setdefault(launch_key(shape, dtype), {})
             for config_id, config in configs:
                 result.launches += 1
@@ -90,6 +92,19 @@ def capture(request: SpecializeRequest) -> SpecializeResult:
                 result.described.setdefault(spec_id, captured[0].describe())
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _meta_inputs(request: SpecializeRequest, make_inputs, shape: dict, dtype) -> tuple:
+    """The input builder's tensors on the meta device; its failure is the user's one line, not a
+    traceback (it raised, read tensor data, asked for a key dim the manifest lacks, overflowed)."""
+    try:
+        return tuple(make_inputs(dict(shape), dtype, "meta"))
+    except Exception as exc:  # noqa: BLE001 - any failure inside user code is reported
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        hint = " (it reads tensor data: build inputs from the shape alone)" if "meta" in reason else ""
+        raise TuneError(f"{request.kernel}: the input builder {request.inputs_ref} failed for shape {shape} "
+                        f"{str(dtype).removeprefix('torch.')} on meta tensors{hint}: {reason}; fix: make it build "
+                        f"tensors of every declared shape from the shape dict (keys: the manifest's key dims)") from None
 
 
 @dataclass
@@ -129,11 +144,18 @@ def read_table(path: Path, fingerprint: str) -> SpecializationTable:
         return SpecializationTable(fingerprint)
     if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
         return SpecializationTable(fingerprint)
-    by_target = {
-        target: {key: {cid: spec for spec, cids in groups.items() for cid in cids} for key, groups in launches.items()}
-        for target, launches in data.get("launches", {}).items()
-    }
-    return SpecializationTable(fingerprint, dict(data.get("specializations", {})), by_target)
+    try:
+        by_target = {
+            target: {key: {str(cid): str(spec) for spec, cids in groups.items() for cid in cids}
+                     for key, groups in launches.items()}
+            for target, launches in data.get("launches", {}).items()
+        }
+        return SpecializationTable(fingerprint, {str(k): str(v) for k, v in data.get("specializations", {}).items()},
+                                   by_target)
+    except (AttributeError, TypeError, ValueError):  # not a table this version wrote: capture again
+        print(f"aot_tune: {path} is not a specialization table; its launches are captured again",
+              file=sys.__stderr__, flush=True)
+        return SpecializationTable(fingerprint)
 
 
 def _group(specs: dict[str, str]) -> dict[str, list[str]]:

@@ -56,7 +56,8 @@ def _describe(v: Any) -> str:
         return "a mapping"
     if isinstance(v, list):
         return "a list"
-    return repr(v)
+    shown = repr(v)
+    return shown if len(shown) <= 120 else f"{shown[:100]}... ({len(shown):,} characters)"
 
 
 def _as_yaml(v: Any) -> str:

@@ -21,12 +21,13 @@ import yaml
 
 from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _is_int, _list, _mapping
 from aot_tune.manifest.expressions import _compile_cost, _cost, _default_config
+from aot_tune.space import ConfigSpace, ConstraintError
 from aot_tune.manifest.output_paths import _check_outputs_distinct, _check_outputs_inside
 from aot_tune.manifest.records import Defaults, KernelSpec, Manifest
 from aot_tune.manifest.shapes import _shapes
 from aot_tune.manifest.shared_keys import _defaults, _shared
 from aot_tune.manifest.space_rules import _space
-from aot_tune.manifest.yaml_lines import _LineLoader, _Map
+from aot_tune.manifest.yaml_lines import MAX_YAML_NODES, expanded_size, _LineLoader, _Map
 from aot_tune.space import FUNCTIONS
 
 
@@ -55,7 +56,15 @@ def _read_text(ctx: _Ctx) -> str:
 def _parse_yaml(ctx: _Ctx, text: str) -> Any:
     fix = "correct the YAML at that line (indentation, ':' after keys, matching quotes and brackets)"
     try:
-        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader is a SafeLoader
+        loader = _LineLoader(text)  # a SafeLoader
+        try:
+            node = loader.get_single_node()
+            if node is not None and expanded_size(node) > MAX_YAML_NODES:
+                ctx.fail(None, "", f"the YAML expands to more than {MAX_YAML_NODES:,} values (anchors and aliases "
+                         f"repeat what they name)", "write the manifest without nested aliases")
+            return loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         context = e.context or ""
@@ -133,6 +142,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults) -> KernelSpec:
         )
     s = _shared(ctx, m, key, base)
     every_shape = tuple(dict.fromkeys(shapes + interp))
+    _check_every_shape_has_configs(ctx, m, key, space, dims, every_shape)
     default = _default_config(ctx, m, key, space, dims, every_shape) if "default_config" in m else None
     vendor = _module_attr(ctx, m["vendor"], f"{key}.vendor", m.value_lines["vendor"]) if "vendor" in m else None
     cost = _cost(ctx, m, key, dims, every_shape, s.dtypes) if "cost" in m else None
@@ -143,6 +153,27 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults) -> KernelSpec:
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
         default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
     )  # fmt: skip
+
+
+def _check_every_shape_has_configs(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace, dims: tuple[str, ...],
+                                   shapes: tuple[tuple[int, ...], ...]) -> None:
+    """Evaluate the shape-dependent constraints for every declared shape now: one that raises, or
+    that rejects every config of a shape, is a mistake in the manifest, not a failed compile later."""
+    for shape in shapes:
+        named = dict(zip(dims, shape, strict=True))
+        try:
+            found = space.configs_for(named)
+        except ConstraintError as e:
+            c = e.constraint
+            where = c.line if c is not None and c.line is not None else m.key_lines.get("constraints", m.line)
+            index = space.constraints.index(c) if c is not None else None
+            ckey = f"{key}.constraints" + (f"[{index}]" if index is not None else "")
+            ctx.fail(where, ckey, f"{e.problem} (shape {named})", e.fix)
+        if not found:
+            shown = ", ".join(f"{d}={v}" for d, v in named.items())
+            ctx.fail(m.key_lines.get("constraints", m.key_lines["shapes"]), f"{key}.constraints",
+                     f"no config of the space passes the constraints for the shape {shown}",
+                     "relax the constraints for that shape, add values to the space, or drop the shape")
 
 
 def _check_kernel_name(ctx: _Ctx, name: str, key: str, line: int) -> None:

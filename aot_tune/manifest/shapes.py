@@ -5,10 +5,17 @@ exactly the key dims with sizes >= 1.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _join, _list, _mapping, _positive_int
 from aot_tune.manifest.yaml_lines import _Map
+
+
+#: Most shapes one kernel may declare (each is a bench task per dtype and GPU model).
+MAX_SHAPES = 10_000
+#: Largest shape dim: 2**40 elements is beyond any GPU's memory.
+MAX_DIM = 2**40
 
 
 def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
@@ -27,7 +34,11 @@ def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -
             grids.extend(_grid(ctx, item, sub, iline, dims))
         else:
             explicit.append(_explicit(ctx, item, sub, iline, dims))
-    return tuple(dict.fromkeys(explicit + grids))
+    shapes = tuple(dict.fromkeys(explicit + grids))
+    if len(shapes) > MAX_SHAPES:
+        ctx.fail(line, key, f"{len(shapes):,} shapes, over the {MAX_SHAPES:,} a kernel may declare",
+                 "list fewer shapes: tables fall back to the nearest tuned shape in between")
+    return shapes
 
 
 def _check_dims(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> None:
@@ -51,7 +62,7 @@ def _check_dims(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) 
 def _explicit(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> tuple[int, ...]:
     _check_dims(ctx, m, key, line, dims)
     fix = "shape dims are sizes: use an integer >= 1"
-    return tuple(_positive_int(ctx, m[d], f"{key}.{d}", m.value_lines[d], fix) for d in dims)
+    return tuple(_size(ctx, m[d], f"{key}.{d}", m.value_lines[d], fix) for d in dims)
 
 
 def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> list[tuple[int, ...]]:
@@ -68,10 +79,24 @@ def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> 
     g = _mapping(ctx, item["grid"], gkey, item.value_lines["grid"])
     _check_dims(ctx, g, gkey, item.value_lines["grid"], dims)
     axes = [_grid_axis(ctx, g[d], f"{gkey}.{d}", g.value_lines[d]) for d in dims]
+    count = math.prod(len(axis) for axis in axes)
+    if count > MAX_SHAPES:
+        ctx.fail(item.value_lines["grid"], gkey, f"the grid makes {count:,} shapes, over the {MAX_SHAPES:,} a kernel "
+                 f"may declare (each is a bench task per dtype and GPU model)",
+                 "list fewer sizes per dim: tables fall back to the nearest tuned shape in between")
     return list(itertools.product(*axes))
 
 
 def _grid_axis(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[int, ...]:
     seq = _list(ctx, value, key, line, "256, 512")
     fix = "shape dims are sizes: use integers >= 1"
-    return tuple(_positive_int(ctx, v, f"{key}[{i}]", seq.item_lines[i], fix) for i, v in enumerate(seq))
+    return tuple(_size(ctx, v, f"{key}[{i}]", seq.item_lines[i], fix) for i, v in enumerate(seq))
+
+
+def _size(ctx: _Ctx, value: Any, key: str, line: int, fix: str) -> int:
+    """A shape dim: a positive integer no larger than any tensor a GPU holds."""
+    size = _positive_int(ctx, value, key, line, fix)
+    if size > MAX_DIM:
+        ctx.fail(line, key, f"size {size} is over {MAX_DIM} (2**40), more elements than any GPU holds",
+                 "write the size the kernel serves")
+    return size

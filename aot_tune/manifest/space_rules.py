@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _is_int, _is_pow2, _list, _mapping
 from aot_tune.manifest.yaml_lines import _Map
-from aot_tune.space import FUNCTIONS, LAUNCH_OPTIONS, ConfigSpace, Constraint, ConstraintError, parse_constraint
+from aot_tune.space import MAX_SPACE_COMBINATIONS, FUNCTIONS, LAUNCH_OPTIONS, ConfigSpace, Constraint, ConstraintError, parse_constraint
 
 
 def _space(ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...]) -> ConfigSpace:
@@ -23,6 +23,10 @@ def _space(ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...]) -> ConfigSpace:
     params = tuple((p, _param(ctx, sm, p, f"{skey}.{p}", dims)) for p in sm)
     names = [p for p, _ in params] + list(dims)
     space = ConfigSpace(params, _constraints(ctx, m, key, names))
+    if space.combinations() > MAX_SPACE_COMBINATIONS:
+        ctx.fail(m.key_lines["space"], skey, f"the space has {space.combinations():,} combinations of values, over "
+                 f"the {MAX_SPACE_COMBINATIONS:,} a manifest may declare",
+                 "list fewer values per param (constraints prune after the product is formed), or split the kernel")
     _check_not_empty(ctx, space, m, key)
     return space
 

@@ -92,3 +92,40 @@ def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode):
 
 _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
 _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+#: Most YAML nodes a manifest may expand to, aliases counted once per use: an alias bomb (anchors
+#: nested a few levels) is refused before anything iterates over it.
+MAX_YAML_NODES = 200_000
+
+
+def expanded_size(node: yaml.Node, limit: int = MAX_YAML_NODES) -> int:
+    """How many nodes ``node`` stands for with every alias expanded (a node reached twice counts
+    twice), computed once per distinct node; past ``limit`` (or for a node that contains itself)
+    it returns ``limit + 1``."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        current, children_done = stack.pop()
+        if id(current) in sizes:
+            continue
+        children = _children(current)
+        if children_done:
+            open_nodes.discard(id(current))
+            sizes[id(current)] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
+            continue
+        if any(id(c) in open_nodes or c is current for c in children):
+            return limit + 1  # a node that contains itself expands without end
+        open_nodes.add(id(current))
+        stack.append((current, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(node)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []

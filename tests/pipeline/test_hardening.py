@@ -1,0 +1,128 @@
+"""Bad manifests, bad inputs and broken local state: one line (what, where, fix) and a non-zero
+exit within seconds, never a hang or a traceback, and nothing already tuned lost."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+from tunerun import REPO, make_project, tune, vector_add_manifest
+
+from aot_tune.manifest import load_manifest
+from aot_tune.errors import ManifestError
+
+VECTOR_ADD = vector_add_manifest("""\
+    space: {BLOCK_SIZE: [256, 1024], num_warps: [4]}
+    constraints:
+      - "BLOCK_SIZE >= 32 * num_warps"
+    shapes: [{n: 4096}]
+    dtypes: [float32]
+""")
+
+
+def _alias_bomb(levels: int = 8) -> str:
+    lines = ["x_anchors:", "  a: &a [x, x, x, x, x, x, x, x, x]"]
+    for i in range(levels):
+        this, last = chr(98 + i), chr(97 + i)
+        lines.append(f"  {this}: &{this} [" + ", ".join([f"*{last}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+CASES = {
+    "alias bomb": (lambda m: _alias_bomb() + m, "expands to more than"),
+    "power that never ends": (lambda m: m.replace('"BLOCK_SIZE >= 32 * num_warps"', '"9 ** 9 ** 9 > BLOCK_SIZE"'),
+                              "too large"),
+    "grid of a million shapes": (lambda m: m.replace("key: [n]", "key: [m, n]").replace(
+        "shapes: [{n: 4096}]", "shapes:\n      - grid: {m: [" + ", ".join(str(i) for i in range(1, 1001))
+        + "], n: [" + ", ".join(str(i) for i in range(1, 1001)) + "]}"), "1,000,000 shapes"),
+    "space of a million combinations": (lambda m: m.replace(
+        "space: {BLOCK_SIZE: [256, 1024], num_warps: [4]}",
+        "space: {BLOCK_SIZE: [" + ", ".join(str(i) for i in range(1, 1001)) + "], num_warps: [4], num_stages: ["
+        + ", ".join(str(i) for i in range(1, 1001)) + "]}"), "combinations"),
+    "a huge module:attr value": (lambda m: m.replace("kernels.vector_add:add_kernel", "kernels.vector_add:" + "x" * 2_000_000 + "!"),
+                                 "characters)"),
+    "a shape dim beyond any GPU": (lambda m: m.replace("{n: 4096}", "{n: 1000000000000000000000000000000}"), "2**40"),
+    "a shape-dependent constraint that raises": (lambda m: m.replace('"BLOCK_SIZE >= 32 * num_warps"',
+                                                                     '"BLOCK_SIZE / (n - 4096) > 0"'), "ZeroDivisionError"),
+    "a constraint that empties one shape": (lambda m: m.replace('"BLOCK_SIZE >= 32 * num_warps"', '"BLOCK_SIZE > n"'),
+                                            "no config of the space passes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_manifest_is_one_line_within_a_second(tmp_path, case):
+    mutate, expected = CASES[case]
+    text = mutate(VECTOR_ADD)
+    root = make_project(tmp_path, text)
+    began = time.perf_counter()
+    with pytest.raises(ManifestError) as info:
+        load_manifest(root / "tuning.yaml")
+    assert time.perf_counter() - began < 5
+    message = str(info.value)
+    assert expected in message and "\n" not in message and "; fix: " in message
+    assert len(message) < 1000
+
+
+def test_the_repositorys_manifest_is_within_every_limit():
+    load_manifest(REPO / "tuning.yaml")
+
+
+# --------------------------------------------------------------------------- through doit tune
+
+BROKEN_INPUTS = {
+    "raises": 'raise RuntimeError("no inputs for you")',
+    "reads tensor data": 'x = torch.randn(shape["n"], dtype=dtype, device=device)\n    x.item()',
+    "asks for a key dim the manifest lacks": 'n = shape["m"]',
+}
+
+
+@pytest.mark.parametrize("fault", sorted(BROKEN_INPUTS))
+def test_a_broken_input_builder_is_one_line(tmp_path, fault):
+    root = make_project(tmp_path, VECTOR_ADD)
+    source = (root / "kernels" / "vector_add.py").read_text()
+    body = '    """Two random vectors of length ``shape["n"]``."""\n'
+    assert body in source
+    source = source.replace(body, body + "    " + BROKEN_INPUTS[fault] + "\n", 1)
+    (root / "kernels" / "vector_add.py").write_text(source)
+    proc = tune(root, check=False)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "input builder kernels.vector_add:make_inputs failed" in errors[0]
+
+
+def test_a_syntax_error_in_a_kernel_module_is_one_line(tmp_path):
+    root = make_project(tmp_path, VECTOR_ADD)
+    path = root / "kernels" / "vector_add.py"
+    path.write_text(path.read_text() + "\ndef broken(:\n")
+    proc = tune(root, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "kernels/vector_add.py:" in proc.stderr and "fix: correct the syntax" in proc.stderr
+
+
+def test_a_corrupt_cache_stops_tune_with_one_line(tmp_path):
+    root = make_project(tmp_path / "project", (REPO / "tuning.yaml").read_text())
+    shutil.copytree(REPO / "generated", root / "generated")
+    cache = root / "generated" / "softmax.tuning.pb"
+    cache.write_bytes(b"\x0a\xff\xff" + cache.read_bytes())  # a field whose length runs past the end
+    proc = tune(root, "softmax", check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "not a valid tuning cache" in proc.stderr and "git checkout" in proc.stderr
+
+
+def test_malformed_outputs_under_aot_tune_are_recomputed(tmp_path):
+    root = make_project(tmp_path, VECTOR_ADD)
+    tune(root)
+    work = root / ".aot_tune"
+    ours = [*(work / "compile").rglob("*.json"), *(work / "specialize").glob("*.json")]
+    assert ours
+    for path in ours:
+        path.write_text(json.dumps(["not", "a", "record"]))
+    for path in (work / "bench").rglob("*.pb"):
+        path.write_bytes(b"\xff\xff not a record")
+    (root / "generated" / "vector_add.py").unlink()
+    (root / "generated" / "vector_add.tuning.pb").unlink()
+    proc = tune(root)
+    assert "Traceback" not in proc.stderr
+    assert (root / "generated" / "vector_add.py").exists()
