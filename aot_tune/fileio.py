@@ -32,3 +32,20 @@ def _mode_for(path: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def remove_stale_temps(path: str | os.PathLike, older_than_s: float = 60.0) -> int:
+    """Remove the temp files a killed ``write_atomic`` of ``path`` left behind (older than
+    ``older_than_s``, so a write in flight in another process keeps its own); returns how many."""
+    import time
+
+    path = Path(path)
+    removed = 0
+    for temp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if time.time() - temp.stat().st_mtime > older_than_s:
+                temp.unlink()
+                removed += 1
+        except OSError:  # gone meanwhile, or not ours to remove
+            pass
+    return removed

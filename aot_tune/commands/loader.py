@@ -39,6 +39,29 @@ def _adapted(tasks):
         yield task
 
 
+def set_aside_broken_database(path: Path) -> None:
+    """doit's database is a cache of what ran (the durable files decide what is stale): one that
+    does not open as doit's sqlite table is moved aside, with a note, and doit starts a new one."""
+    import sqlite3
+
+    if not path.is_file():
+        return
+    try:
+        with sqlite3.connect(path) as conn:
+            conn.execute("SELECT task_id, task_data FROM doit LIMIT 1").fetchall()
+        return
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return  # an empty database: doit creates its table
+        problem = exc
+    except sqlite3.DatabaseError as exc:
+        problem = exc
+    aside = path.with_name(f"{path.name}.broken")
+    os.replace(path, aside)
+    eprint(f"aot_tune: {path} was not a usable doit database ({problem}); moved it to {aside.name} and "
+           f"started a new one (what is done is read from the task outputs, so nothing reruns for it)")
+
+
 def guard_tables(plan: Plan, staleness: Staleness) -> None:
     """Refuse to run when a generated module holds entries its cache lacks: rendering it again
     would drop those tables without anyone asking (a deleted, emptied or truncated cache)."""
@@ -64,6 +87,7 @@ class ManifestLoader(TaskLoader2):
         dep_file = opt_values.get("dep_file")
         if dep_file:  # doit opens its database before it loads tasks
             Path(dep_file).parent.mkdir(parents=True, exist_ok=True)
+            set_aside_broken_database(Path(dep_file))
 
     def load_doit_config(self) -> dict:
         return {}

@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from aot_tune.fileio import write_atomic
+from aot_tune.fileio import remove_stale_temps, write_atomic
 
 INDEX_FOLDER = "aot_tune-warm-start"
 _lock = threading.Lock()
@@ -144,5 +144,6 @@ class WarmStartIndex:
             entries[key] = cache_hash
             try:
                 write_atomic(self.path, json.dumps(entries, indent=0, sort_keys=True))
+                remove_stale_temps(self.path)  # what a process killed mid-write left
             except OSError:  # a read-only cache still launches; it just stays cold
                 pass

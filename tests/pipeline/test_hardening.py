@@ -126,3 +126,36 @@ def test_malformed_outputs_under_aot_tune_are_recomputed(tmp_path):
     proc = tune(root)
     assert "Traceback" not in proc.stderr
     assert (root / "generated" / "vector_add.py").exists()
+
+
+def test_a_broken_doit_database_is_set_aside_and_rebuilt(tmp_path):
+    import sqlite3
+
+    root = make_project(tmp_path, VECTOR_ADD)
+    (root / "pyproject.toml").write_text('[tool.doit]\nloader = "aot_tune"\nbackend = "sqlite3"\n'
+                                         'dep_file = ".aot_tune/doit.sqlite3"\n')
+    tune(root)
+    database = root / ".aot_tune" / "doit.sqlite3"
+    assert database.is_file()
+    with sqlite3.connect(database) as conn:  # what an older or foreign tool leaves: another schema
+        conn.execute("DROP TABLE doit")
+        conn.execute("CREATE TABLE doit (other text)")
+    proc = tune(root)
+    assert "Traceback" not in proc.stderr and "not a usable doit database" in proc.stderr
+    assert (root / ".aot_tune" / "doit.sqlite3.broken").is_file()
+    assert not [line for line in proc.stdout.splitlines() if line.startswith(".  bench:")], "nothing reran"
+
+
+def test_temp_files_of_a_killed_write_are_cleaned_up(tmp_path):
+    import os
+
+    from aot_tune.fileio import remove_stale_temps, write_atomic
+
+    target = tmp_path / "index.json"
+    stale, fresh = tmp_path / ".index.json.abc123.tmp", tmp_path / ".index.json.def456.tmp"
+    stale.write_text("torn")
+    fresh.write_text("another process is writing this one")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    write_atomic(target, "{}")
+    assert remove_stale_temps(target) == 1
+    assert not stale.exists() and fresh.exists() and target.read_text() == "{}"
