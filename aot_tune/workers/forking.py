@@ -161,8 +161,9 @@ def _parent_path() -> list[str]:
 
 
 def environment() -> dict[str, str]:
-    """The environment a worker of a pool created now should see (a spawned one inherits it)."""
-    return dict(os.environ)
+    """The environment a worker of a pool created now should see (a spawned one inherits it), with
+    this process named as the owner the worker exits with (``exit_with_owner``)."""
+    return {**os.environ, OWNER_ENV: str(os.getpid())}
 
 
 def adopt_environment(environ: dict[str, str] | None) -> None:
@@ -240,3 +241,41 @@ def _loaded_libraries() -> set[str]:
             return {line.split()[-1] for line in maps if "/" in line}
     except OSError:  # no /proc (macOS): the other checks still apply
         return set()
+
+
+#: How often a worker looks whether the process that owns its pool is still there (seconds).
+PARENT_POLL_S = 0.5
+#: The pid of the process that created a worker's pool (set in the environment workers get).
+OWNER_ENV = "AOT_TUNE_OWNER_PID"
+
+
+def exit_with_owner(environ: dict[str, str] | None) -> None:
+    """In a worker: exit as soon as the process that owns its pool is gone.
+
+    The owner is named in the pool's environment (``OWNER_ENV``), not taken as the parent: a
+    worker forked from the fork server has the server as its parent, and the server does not exit
+    while its children live (each child holds the pipe whose end tells the server its owner is
+    gone). Without this, a SIGKILL or SIGTERM to the tuning process alone would leave every
+    worker, the fork server and the resource tracker running. A polling thread, not
+    PR_SET_PDEATHSIG: that signal follows the parent *thread*, and pools start workers from
+    short-lived threads."""
+    owner = (environ or {}).get(OWNER_ENV)
+    pid = int(owner) if owner and owner.isdigit() else os.getppid()
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # it exists, as another user's process
+            return True
+        return True
+
+    def watch() -> None:
+        import time
+
+        while alive():
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="aot_tune-exit-with-owner", daemon=True).start()

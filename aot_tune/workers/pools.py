@@ -39,6 +39,7 @@ def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None =
     compile, and import what the fork server did not (everything, for a spawned worker)."""
     _STARTED["torch_preloaded"] = "torch" in sys.modules
     modules = len(sys.modules)
+    forking.exit_with_owner(environ)
     forking.adopt_environment(environ)
     os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
     os.environ.pop("TRITON_INTERPRET", None)

@@ -159,3 +159,55 @@ def test_temp_files_of_a_killed_write_are_cleaned_up(tmp_path):
     write_atomic(target, "{}")
     assert remove_stale_temps(target) == 1
     assert not stale.exists() and fresh.exists() and target.read_text() == "{}"
+
+
+_HOLD_WORKERS = """
+import json, sys, time
+from pathlib import Path
+from aot_tune.bench.runner import INTERPRETER_DEVICE
+from aot_tune.workers import forking
+from aot_tune.workers.pools import Executors, worker_state
+
+executors = Executors(INTERPRETER_DEVICE, Path(sys.argv[1]), compile_jobs=2)
+states = [f.result(timeout=300) for f in [executors._pool().submit(worker_state, 1.0) for _ in range(2)]]
+pool = executors.devices
+with pool.lease() as lease:
+    lease.ready()
+    device = pool.worker(lease.index).process.pid
+print(json.dumps({"compile": [s["pid"] for s in states], "device": device}), flush=True)
+time.sleep(120)
+"""
+
+
+def test_workers_exit_when_the_tuning_process_is_killed(tmp_path):
+    """SIGKILL to the tuning process alone (not its group): its compile and device workers go too."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tunerun import subprocess_env
+
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_WORKERS, str(tmp_path / "cache")], stdout=subprocess.PIPE,
+                            env=subprocess_env(), text=True, start_new_session=True)
+    try:
+        pids = json.loads(proc.stdout.readline())
+        workers = [*pids["compile"], pids["device"]]
+        assert all(_alive(pid) for pid in workers)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.time() + 15
+        while time.time() < deadline and any(_alive(pid) for pid in workers):
+            time.sleep(0.2)
+        assert not [pid for pid in workers if _alive(pid)], "workers outlived the tuning process"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

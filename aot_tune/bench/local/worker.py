@@ -32,6 +32,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     from aot_tune import triton_compat
     from aot_tune.workers import forking
 
+    forking.exit_with_owner(environ)
     forking.adopt_environment(environ)
     os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
     if backend == "interpreter":
