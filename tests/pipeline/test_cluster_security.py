@@ -204,3 +204,18 @@ def test_a_tls_local_cluster_is_reached_with_the_certificates_only(tmp_path, cer
         finally:
             devices.close()
     assert device.key == "interpreter" and device.count == 1
+
+
+def test_doit_tune_benches_on_a_tls_cluster(tmp_path, certificates):
+    """A whole run (compile here, bench on the TLS cluster's interpreter worker) with the options."""
+    from aot_tune.bench.dask.local import LocalCluster
+
+    project = make_project(tmp_path / "project", MANIFEST)
+    with LocalCluster(tmp_path / "cluster", interpreter=1, env=subprocess_env(), name="s", tls=certificates) as dask:
+        run = tune(project, "--executor", "dask", "--scheduler", str(dask.scheduler_file), "-n", "1",
+                   *certificates.cli_args(), check=False)
+        started = dask.batches_started()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "benchmarking on the Dask cluster at" in run.stderr and "1 x interpreter" in run.stderr
+    assert [worker for worker, _ in started] == ["s-interpreter0"]
+    assert (project / "generated" / "vector_add.py").exists()
