@@ -14,8 +14,8 @@ from doit.loader import generate_tasks
 
 from aot_tune.bench.local.detect import detect
 from aot_tune.codegen import entries_missing_from_cache
-from aot_tune.commands.options import (EXECUTORS, opt_backend, opt_executor, opt_manifest, opt_scheduler,
-                                       opt_worker_wait)
+from aot_tune.commands.options import (EXECUTORS, opt_backend, opt_executor, opt_insecure_tcp, opt_manifest,
+                                       opt_scheduler, opt_tls_ca_file, opt_tls_cert, opt_tls_key, opt_worker_wait)
 from aot_tune.errors import TuneError
 from aot_tune.pipeline.plan import Plan, build_plan
 from aot_tune.pipeline.session import StageFailure, TuneSession, eprint
@@ -74,7 +74,8 @@ def guard_tables(plan: Plan, staleness: Staleness) -> None:
 class ManifestLoader(TaskLoader2):
     """Builds the stage tasks from the manifest; kernels named on the command line narrow it."""
 
-    cmd_options = (opt_manifest, opt_backend, opt_executor, opt_scheduler, opt_worker_wait)
+    cmd_options = (opt_manifest, opt_backend, opt_executor, opt_scheduler, opt_tls_ca_file, opt_tls_cert,
+                   opt_tls_key, opt_insecure_tcp, opt_worker_wait)
 
     def __init__(self) -> None:
         super().__init__()
@@ -155,5 +156,8 @@ class ManifestLoader(TaskLoader2):
             raise TuneError("--executor dask needs the scheduler's address; fix: add --scheduler tcp://host:8786 "
                             "(or set scheduler under [tool.doit.commands.tune] in pyproject.toml)")
         from aot_tune.bench.dask.client import ClusterDevices
+        from aot_tune.bench.dask.security import TlsFiles
 
-        return ClusterDevices(scheduler, float(self.options.get("worker_wait", 60.0)), log=eprint)
+        tls = TlsFiles.of(*(self.options.get(k, "") for k in ("tls_ca_file", "tls_cert", "tls_key")))
+        return ClusterDevices(scheduler, float(self.options.get("worker_wait", 60.0)), log=eprint, tls=tls,
+                              insecure_tcp=bool(self.options.get("insecure_tcp", False)))

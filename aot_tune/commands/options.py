@@ -31,6 +31,27 @@ opt_scheduler = {
     "help": "with --executor dask: the scheduler's address (tcp://host:8786) or scheduler file",
 }
 
+opt_tls_ca_file = {
+    "name": "tls_ca_file", "long": "tls-ca-file", "type": str, "default": "",
+    "help": "with a tls:// scheduler: the CA certificate(s) the cluster's certificates are signed by (PEM)",
+}
+
+opt_tls_cert = {
+    "name": "tls_cert", "long": "tls-cert", "type": str, "default": "",
+    "help": "with a tls:// scheduler: this host's certificate (PEM)",
+}
+
+opt_tls_key = {
+    "name": "tls_key", "long": "tls-key", "type": str, "default": "",
+    "help": "with a tls:// scheduler: the private key of --tls-cert (PEM)",
+}
+
+opt_insecure_tcp = {
+    "name": "insecure_tcp", "long": "insecure-tcp", "type": bool, "default": False,
+    "help": "with --executor dask: accept a plain tcp:// scheduler on another host (anyone reaching it or a "
+            "worker can run code on the workers and on this host: only on a network you trust)",
+}
+
 opt_worker_wait = {
     "name": "worker_wait", "long": "worker-wait", "type": float, "default": 60.0,
     "help": "with --executor dask: seconds to wait for a bench worker of a device model before "

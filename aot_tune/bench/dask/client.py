@@ -36,6 +36,7 @@ from aot_tune.triton_compat import pack_cache_entry
 from aot_tune.bench.dask import declared_kinds, resource_name
 from aot_tune.bench.dask.remote import BatchResult, RemoteBatch, WorkerDescription, describe, run_batch, warm
 from aot_tune.bench.dask.sources import SourceBundle, project_sources
+from aot_tune.bench.dask.security import TLS_OPTIONS, TlsFiles, check_transport
 
 CONNECT_TIMEOUT_S = 20.0
 #: How often a waiting bench task looks at the cluster's workers.
@@ -53,7 +54,10 @@ class ClusterDevices(Runner):
     #: The cluster's workers were up before the run: no start-up to report.
     started_at = ready_at = None
 
-    def __init__(self, address: str, worker_wait_s: float = DEFAULT_WORKER_WAIT_S, log=print) -> None:
+    def __init__(self, address: str, worker_wait_s: float = DEFAULT_WORKER_WAIT_S, log=print, *,
+                 tls: TlsFiles | None = None, insecure_tcp: bool = False) -> None:
+        # Judged before anything is contacted: plain TCP off this host lets others run code here.
+        check_transport(address, tls, insecure_tcp, fix_tls=TLS_OPTIONS)
         try:
             from distributed import Client
         except ImportError:
@@ -72,6 +76,8 @@ class ClusterDevices(Runner):
         self.worker_wait_s = worker_wait_s
         self._log = log
         target = {"scheduler_file": address} if os.path.isfile(address) else {"address": address}
+        if tls is not None:
+            target["security"] = tls.security("client")
         try:
             self.client = Client(**target, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
