@@ -55,6 +55,15 @@ class SpecializeResult:
     launches: int = 0
     seconds: float = 0.0
 
+    def merge(self, other: "SpecializeResult") -> None:
+        """Fold in the result of another part of the same request (captured separately)."""
+        for key, specs in other.by_launch.items():
+            self.by_launch.setdefault(key, {}).update(specs)
+        for spec_id, text in other.described.items():
+            self.described.setdefault(spec_id, text)
+        self.launches += other.launches
+        self.seconds += other.seconds
+
 
 def capture(request: SpecializeRequest) -> SpecializeResult:
     """Run every requested launch under the recorder; runs in a compile worker (imports torch)."""

@@ -17,6 +17,7 @@ import concurrent.futures as cf
 import os
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from aot_tune.workers import forking
@@ -24,7 +25,7 @@ from aot_tune.bench.local.pool import DevicePool
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
 from aot_tune.errors import TuneError
 from aot_tune.bench.runner import DeviceModel, Runner
-from aot_tune.build.specialize import SpecializeRequest, SpecializeResult, capture
+from aot_tune.build.specialize import UNBOUND, SpecializeRequest, SpecializeResult, capture, launch_key
 
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
 
@@ -124,33 +125,66 @@ class Executors:
 
     def compile(self, request: CompileRequest, config_id: str) -> CompileResult:
         """Compile in the pool; a worker crash or hang becomes a typed result, and the pool is renewed."""
-        for attempt in (1, 2):
-            pool = self._pool()
-            future = pool.submit(compile_config, request, config_id)
-            try:
-                return future.result(timeout=self.compile_timeout_s)
-            except cf.TimeoutError:
-                self._replace_pool(pool)
-                return CompileResult(request.kernel, config_id, request.target, status="timeout",
-                                     message=f"compile exceeded {self.compile_timeout_s:.0f} s")
-            except cf.process.BrokenProcessPool:
-                self._replace_pool(pool)
-                if attempt == 2:  # crashed twice: this config kills the compiler
-                    return CompileResult(request.kernel, config_id, request.target, status="crashed",
-                                         message="the compiler process died")
-        raise AssertionError("unreachable")
+        pool = self._pool()
+        try:
+            return pool.submit(compile_config, request, config_id).result(timeout=self.compile_timeout_s)
+        except cf.TimeoutError:
+            self._replace_pool(pool)
+            return self._timed_out(request, config_id)
+        except cf.process.BrokenProcessPool:  # this config, or another one in the pool, killed a worker
+            self._replace_pool(pool)
+        alone = cf.ProcessPoolExecutor(max_workers=1, mp_context=forking.context(), initializer=_warm_compile_worker,
+                                       initargs=(self.triton_cache_dir, forking.environment()))
+        try:  # again on a worker of its own: only its own crash counts against it
+            return alone.submit(compile_config, request, config_id).result(timeout=self.compile_timeout_s)
+        except cf.TimeoutError:
+            return self._timed_out(request, config_id)
+        except cf.process.BrokenProcessPool:
+            return CompileResult(request.kernel, config_id, request.target, status="crashed",
+                                 message="the compiler process died (alone on its worker)")
+        finally:
+            _kill(alone)
+
+    def _timed_out(self, request: CompileRequest, config_id: str) -> CompileResult:
+        return CompileResult(request.kernel, config_id, request.target, status="timeout",
+                             message=f"compile exceeded {self.compile_timeout_s:.0f} s")
 
     def specialize(self, request: SpecializeRequest) -> SpecializeResult:
-        """Capture launch specializations in the pool (its workers then stay warm for the compiles)."""
+        """Capture launch specializations in the pool (its workers then stay warm for the compiles).
+        A launch that kills its worker (os._exit, abort, a segfault, even on meta tensors) costs
+        only its config: the request is captured again one launch at a time, and each launch that
+        kills a worker is recorded as unbound, so its compile task reproduces the crash and records
+        it as ``crashed``. A hang is the launch function waiting on something: one line."""
+        try:
+            return self._capture(request)
+        except cf.process.BrokenProcessPool:
+            pass
+        result = SpecializeResult(request.target)
+        for shape, shape_dict, dtype, configs in request.launches:
+            for config in configs:
+                single = replace(request, launches=((shape, shape_dict, dtype, (config,)),))
+                try:
+                    part = self._capture(single)
+                except cf.process.BrokenProcessPool:
+                    part = SpecializeResult(request.target, launches=1)
+                    part.by_launch[launch_key(shape, dtype)] = {config[0]: UNBOUND}
+                    part.described[UNBOUND] = "the launch function killed its process (on meta tensors)"
+                result.merge(part)
+        return result
+
+    def _capture(self, request: SpecializeRequest) -> SpecializeResult:
         pool = self._pool()
         future = pool.submit(capture, request)
         try:
             return future.result(timeout=self.compile_timeout_s)
-        except (cf.TimeoutError, cf.process.BrokenProcessPool):
+        except cf.TimeoutError:
             self._replace_pool(pool)
-            raise TuneError(f"{request.kernel}: running its launch function on meta tensors for {request.target} "
-                            f"crashed or hung a worker; fix: make the launch function shape-driven "
-                            f"(no reads of tensor data), see docs/reference/tuning-yaml.md") from None
+            raise TuneError(f"{request.kernel}: its launch function ran on meta tensors for {request.target} for more "
+                            f"than {self.compile_timeout_s:.0f} s without returning; fix: make the launch function "
+                            f"shape-driven (no waiting on data or devices), see docs/reference/tuning-yaml.md") from None
+        except cf.process.BrokenProcessPool:
+            self._replace_pool(pool)
+            raise
 
     @property
     def devices(self) -> Runner:
@@ -178,6 +212,6 @@ class Executors:
 
 
 def _kill(pool: cf.ProcessPoolExecutor) -> None:
-    for process in list(getattr(pool, "_processes", {}).values()):
+    for process in list((getattr(pool, "_processes", None) or {}).values()):  # None once broken
         process.kill()
     pool.shutdown(wait=False, cancel_futures=True)

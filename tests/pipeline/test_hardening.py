@@ -211,3 +211,26 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_launch_that_kills_its_process_costs_only_its_config(tmp_path):
+    """os._exit in the launch function for one config, even on meta tensors: that config is recorded
+    as crashed, the others are measured, and the run succeeds."""
+    root = make_project(tmp_path, VECTOR_ADD)
+    path = root / "kernels" / "vector_add.py"
+    source = path.read_text()
+    old = "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
+    assert old in source
+    source = source.replace(old, "def add(x: torch.Tensor, y: torch.Tensor, config=None) -> torch.Tensor:\n"
+                                 "    if config and config.get(\"BLOCK_SIZE\") == 1024:\n"
+                                 "        import os\n        os._exit(3)\n", 1)
+    path.write_text(source)
+    proc = tune(root)
+    assert "Traceback" not in proc.stderr
+    from aot_tune.cache import read_cache
+
+    (record,) = read_cache(root / "generated" / "vector_add.tuning.pb").records
+    statuses = {dict((p.name, p.int_value) for p in m.config.params)["BLOCK_SIZE"]: (m.status, m.reason)
+                for m in record.measurements}
+    assert statuses[256][0] == "ok"
+    assert statuses[1024][0] == "invalid" and "crashed" in statuses[1024][1]
