@@ -111,15 +111,16 @@ def crashy_request(root: Path, block: int) -> CompileRequest:
 
 
 def test_a_crash_or_a_hang_renews_the_compile_pool(tmp_path):
-    """A worker that dies (twice: the config is retried once) is recorded as crashed, one that
-    hangs as timeout; each time the pool is replaced, and the next compile runs in a new worker."""
+    """A worker that dies (twice: the config is retried once, alone on a worker of its own) is
+    recorded as crashed, one that hangs as timeout; each time the pool is replaced, and the next
+    compile runs in a new worker."""
     root = crashing_project(tmp_path / "project")
     executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2, compile_timeout_s=20)
     try:
         executors.start_compiles()
         pool = executors._pool()
         crashed = executors.compile(crashy_request(root, 1), "crash")
-        assert (crashed.status, crashed.message) == ("crashed", "the compiler process died")
+        assert (crashed.status, crashed.message) == ("crashed", "the compiler process died (alone on its worker)")
         assert executors._pool() is not pool
         pool = executors._pool()
         ok = executors.compile(crashy_request(root, 64), "ok")
