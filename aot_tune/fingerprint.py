@@ -348,7 +348,7 @@ def bench_fingerprint(spec: "KernelSpec", code: str, shape: tuple[int, ...], dty
     toolchain = {"triton": on.triton, "torch": on.torch, **PINNED_ENV}
     strategy = () if spec.search.exhaustive else (spec.search.canonical(),)
     return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
-                  asdict(spec.bench), toolchain, on.key, on.name, on.compute_capability, on.backend,
+                  spec.bench.measured_fields(), toolchain, on.key, on.name, on.compute_capability, on.backend,
                   spec.reference, spec.inputs, *strategy)
 
 

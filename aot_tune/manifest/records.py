@@ -25,6 +25,15 @@ class BenchSettings:
     rep_ms: float
     l2_flush: bool
     l2_flush_bytes: int | None  # None: twice the device's L2
+    #: Seconds a device worker may go without progress before its config is recorded as a
+    #: timeout; None: derived (aot_tune.pipeline.session.bench_timeout). Decides no measurement,
+    #: so it is not part of any fingerprint.
+    timeout_s: float | None = None
+
+    def measured_fields(self) -> dict:
+        """The settings that decide a measurement (what fingerprints cover)."""
+        return {"warmup_ms": self.warmup_ms, "rep_ms": self.rep_ms, "l2_flush": self.l2_flush,
+                "l2_flush_bytes": self.l2_flush_bytes}
 
 
 STRATEGIES = ("exhaustive", "random", "successive_halving", "surrogate")

@@ -80,7 +80,7 @@ def _targets(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tupl
     return tuple(dict.fromkeys(out))
 
 
-_BENCH_KEYS = ("warmup_ms", "rep_ms", "l2_flush", "l2_flush_bytes")
+_BENCH_KEYS = ("warmup_ms", "rep_ms", "l2_flush", "l2_flush_bytes", "timeout_s")
 
 
 def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> BenchSettings:
@@ -90,6 +90,8 @@ def _bench(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> BenchS
         sub, vline, v = _join(key, k), m.value_lines[k], m[k]
         if k in ("warmup_ms", "rep_ms"):
             changes[k] = _positive_number(ctx, v, sub, vline)
+        elif k == "timeout_s":
+            changes[k] = None if v is None else _positive_number(ctx, v, sub, vline)
         elif k == "l2_flush":
             if not isinstance(v, bool):
                 ctx.fail(vline, sub, f"expected true or false, got {_describe(v)}", "write l2_flush: true (or false)")

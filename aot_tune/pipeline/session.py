@@ -35,7 +35,19 @@ from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
-BENCH_TIMEOUT_S = {"cuda": 120.0, "interpreter": 600.0}
+#: The least a device worker may go without progress before its config is a timeout: a GPU
+#: step includes loading a kernel (and compiling a default config outside the space); the
+#: interpreter runs a whole launch on the CPU.
+BENCH_TIMEOUT_FLOOR_S = {"cuda": 120.0, "interpreter": 600.0}
+
+
+def bench_timeout(settings: BenchSettings, backend: str, previous: TuningRecord | None = None) -> float:
+    """The manifest's ``timeout_s``, else the floor of the backend, raised to ten times the slowest
+    measurement this shape took before and fifty times the GPU time a config is given."""
+    if settings.timeout_s:
+        return settings.timeout_s
+    slowest = max((m.seconds for m in previous.measurements), default=0.0) if previous is not None else 0.0
+    return max(BENCH_TIMEOUT_FLOOR_S[backend], 10 * slowest, 50 * (settings.warmup_ms + settings.rep_ms) / 1e3)
 
 
 @dataclass(frozen=True)
@@ -201,7 +213,8 @@ class TuneSession:
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
         fresh = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
         requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in to_measure if c.id not in invalid]
-        measured, seconds = _measure_batch(lease, requests, device)
+        timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
+        measured, seconds = _measure_batch(lease, requests, device, timeout_s)
         for m in fresh:
             entries[m.config_id] = measurement_proto(m, planned[m.config_id])
         for m in measured:
@@ -239,7 +252,8 @@ class TuneSession:
                 requests.append(self._request(kp, unit, config, settings, device))
                 lengths[config.id] = (config, short_rep_ms)
             if requests:
-                measured, seconds = _measure_batch(lease, requests, device)
+                timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
+                measured, seconds = _measure_batch(lease, requests, device, timeout_s)
                 for m in measured:
                     config, short_rep_ms = lengths[m.config_id]
                     fresh.append(m)
@@ -286,7 +300,7 @@ class TuneSession:
             requests["vendor"] = replace(self._request(kp, unit, Config(()), kp.spec.bench, device),
                                          launch_ref=unit.vendor, config_id=VENDOR_CONFIG_ID, plain=True)
         roles = {request.config_id: role for role, request in requests.items()}
-        measured = lease.measure_all(list(requests.values()), BENCH_TIMEOUT_S[device.backend])
+        measured = lease.measure_all(list(requests.values()), bench_timeout(kp.spec.bench, device.backend))
         return {roles[m.config_id]: m for m in measured}
 
     def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
@@ -413,12 +427,12 @@ class TuneSession:
         return line
 
 
-def _measure_batch(lease: DeviceLease, requests: list[BenchRequest], device: DeviceModel
+def _measure_batch(lease: DeviceLease, requests: list[BenchRequest], device: DeviceModel, timeout_s: float
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
     """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
     each one's share of the batch's wall seconds."""
     began = time.perf_counter()
-    measured = list(lease.measure_all(requests, BENCH_TIMEOUT_S[device.backend]))
+    measured = list(lease.measure_all(requests, timeout_s))
     return measured, _share_out(time.perf_counter() - began, measured)
 
 

@@ -119,9 +119,14 @@ def test_a_config_that_kills_its_worker_costs_only_itself(pool):
     assert measure(pool, planted(0, block=128)).status == "ok"  # a fresh worker took over
 
 
-def test_a_hanging_config_times_out_and_the_next_one_runs(pool):
+def test_a_hanging_config_times_out_and_the_next_one_runs(pool, monkeypatch, capfd):
+    from aot_tune.bench.local import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "PROGRESS_EVERY_S", 4.0)
     result = measure(pool, planted(4), timeout_s=15.0)
     assert result.status == "timeout", result
+    quiet = [line for line in capfd.readouterr().err.splitlines() if "no word from the device worker" in line]
+    assert len(quiet) == 3 and "config fault4-block64" in quiet[0] and "times out at 15s" in quiet[0], quiet
     assert measure(pool, planted(0, block=32)).status == "ok"
 
 

@@ -234,3 +234,23 @@ def test_a_launch_that_kills_its_process_costs_only_its_config(tmp_path):
                 for m in record.measurements}
     assert statuses[256][0] == "ok"
     assert statuses[1024][0] == "invalid" and "crashed" in statuses[1024][1]
+
+
+def test_the_bench_timeout_is_a_setting_outside_every_fingerprint(tmp_path):
+    from aot_tune.fingerprint import MeasuredOn, SourceIndex, bench_fingerprint, measured_code
+    from aot_tune.pipeline.session import bench_timeout
+    from aot_tune.tuning_schema import TuningRecord
+
+    plain = load_manifest(make_project(tmp_path / "a", VECTOR_ADD) / "tuning.yaml").kernel("vector_add")
+    timed = load_manifest(make_project(tmp_path / "b", VECTOR_ADD.replace("bench: {warmup_ms: 1, rep_ms: 1}",
+                                       "bench: {warmup_ms: 1, rep_ms: 1, timeout_s: 30}")) / "tuning.yaml"
+                          ).kernel("vector_add")
+    on = MeasuredOn("h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", "cuda", "3.6.0", "2.11.0")
+    fingerprints = [bench_fingerprint(spec, measured_code(SourceIndex(tmp_path / name), spec), (4096,), "float32", on)
+                    for spec, name in ((plain, "a"), (timed, "b"))]
+    assert fingerprints[0] == fingerprints[1]
+    assert bench_timeout(timed.bench, "cuda") == 30
+    assert bench_timeout(plain.bench, "cuda") == 120 and bench_timeout(plain.bench, "interpreter") == 600
+    slow = TuningRecord()
+    slow.measurements.add(seconds=40.0)
+    assert bench_timeout(plain.bench, "cuda", slow) == 400  # ten times the slowest measurement so far

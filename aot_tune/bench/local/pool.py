@@ -31,6 +31,8 @@ from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, 
 from aot_tune.bench.local.worker import worker_main
 
 STARTUP_TIMEOUT_S = 300.0
+#: How often a quiet device worker is reported while a bench task waits for it (seconds).
+PROGRESS_EVERY_S = 30.0
 
 
 @dataclass
@@ -103,21 +105,39 @@ class LocalLease(DeviceLease):
                     yield result
             remaining = [r for r in remaining if r.config_id not in done]
 
+    def _wait(self, worker: "_Worker", timeout_s: float, first: BenchRequest, current: tuple[str, ...],
+              phase: str) -> bool:
+        """Wait for the worker's next message up to ``timeout_s``, saying every ``PROGRESS_EVERY_S``
+        that it is still quiet, so a hang is visible before it times out. False on timeout."""
+        waited = 0.0
+        while waited < timeout_s:
+            step = min(PROGRESS_EVERY_S, timeout_s - waited)
+            if worker.conn.poll(step):
+                return True
+            waited += step
+            if waited < timeout_s:
+                shape = "x".join(str(v) for _, v in first.shape)
+                print(f"[bench] {first.kernel} {first.dtype} {shape}: no word from the device worker for {waited:.0f}s "
+                      f"({phase} of config {', '.join(current)}); it times out at {timeout_s:.0f}s (bench: timeout_s)",
+                      file=sys.__stderr__, flush=True)
+        return False
+
     def _exchange(self, batch: list[BenchRequest], timeout_s: float) -> Iterator:
         """The worker's results for a batch, then stop; or, when it died, stopped answering or
         lost its CUDA context, the configs that had work on the device then (it is discarded)."""
         worker = self._pool.worker(self.index)
         current: tuple[str, ...] = (batch[0].config_id,)
+        phase = "check"
         try:
             worker.conn.send(batch)
             while True:
-                if not worker.conn.poll(timeout_s):
+                if not self._wait(worker, timeout_s, batch[0], current, phase):
                     self._pool.discard(self.index)
                     yield _Suspects(current, "timeout", f"no progress within {timeout_s:.0f} s")
                     return
                 message = worker.conn.recv()
                 if message[0] == "phase":
-                    current = tuple(message[1])
+                    current, phase = tuple(message[1]), str(message[2])
                 elif message[0] == "result":
                     yield message[1:]
                     if not message[4]:
