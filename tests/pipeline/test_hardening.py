@@ -92,13 +92,15 @@ def test_a_broken_input_builder_is_one_line(tmp_path, fault):
     assert len(errors) == 1 and "input builder kernels.vector_add:make_inputs failed" in errors[0]
 
 
-def test_a_syntax_error_in_a_kernel_module_is_one_line(tmp_path):
+@pytest.mark.parametrize("damage, expected", [(b"\ndef broken(:\n", "fix: correct the syntax"),
+                                              (b"\n# caf\xe9 in latin-1\n", "not UTF-8 text")])
+def test_a_kernel_module_that_does_not_parse_is_one_line(tmp_path, damage, expected):
     root = make_project(tmp_path, VECTOR_ADD)
     path = root / "kernels" / "vector_add.py"
-    path.write_text(path.read_text() + "\ndef broken(:\n")
+    path.write_bytes(path.read_bytes() + damage)
     proc = tune(root, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "kernels/vector_add.py:" in proc.stderr and "fix: correct the syntax" in proc.stderr
+    assert "kernels/vector_add.py" in proc.stderr and expected in proc.stderr
 
 
 def test_a_corrupt_cache_stops_tune_with_one_line(tmp_path):
