@@ -286,15 +286,8 @@ def config_to_proto(config_id: str, params: dict, message) -> None:
     message.id = config_id
     for name in sorted(params):
         value = params[name]
-        param = message.params.add(name=name)
-        if isinstance(value, bool):
-            param.bool_value = value
-        elif isinstance(value, int):
-            param.int_value = value
-        elif isinstance(value, float):
-            param.float_value = value
-        else:
-            param.string_value = str(value)
+        kind = _value_kind(value)
+        setattr(message.params.add(name=name), kind, str(value) if kind == "string_value" else value)
 
 
 def config_from_proto(message) -> dict:

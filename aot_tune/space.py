@@ -83,8 +83,8 @@ _ARITY: dict[str, tuple[int, int | None]] = {
     "is_pow2": (1, 1),
 }
 
-#: Longest expression text accepted: a manifest's expressions are a line each.
-MAX_EXPRESSION_LENGTH = 1000
+#: Longest expression text accepted: enough for a generated constraint listing hundreds of configs.
+MAX_EXPRESSION_LENGTH = 100_000
 #: Largest integer a power may produce (bits): far beyond any tile or size, far below a hang.
 MAX_POWER_BITS = 4096
 #: Most raw combinations (the product of every param's value count) a space may have: each is
