@@ -6,7 +6,7 @@ protobuf parses text in pure Python (seconds for a GEMM space on one GPU). Text 
 Either way the reviewable diff of a retune is the generated module. Merged caches keep each
 measurement's statistics; the raw samples stay in the per-task outputs under ``.aot_tune/``.
 
-Every record read is validated (``record_problem``): a cache comes from git, from another
+Every record read is validated (``record_defect``): a cache comes from git, from another
 machine or from ``doit merge-caches``, and what it holds ends up in generated modules that
 everyone imports. A record that is malformed or forged (control characters in a device name,
 a param without a value, a key of another arity) stops the read with one line naming the file
@@ -46,8 +46,9 @@ def record_identity(record: TuningRecord) -> tuple:
     return (record.kernel, record.device.key, record.dtype, tuple(record.shape))
 
 
-def read_cache(path: str | os.PathLike) -> TuningCache:
-    """An empty cache if the file does not exist; a clear error if it does not parse."""
+def read_cache(path: str | os.PathLike, spec: "KernelSpec | None" = None) -> TuningCache:
+    """An empty cache if the file does not exist; a clear error if it does not parse or holds a
+    record that cannot be trusted (checked against the manifest's ``spec`` of its kernel if given)."""
     path = Path(path)
     cache = TuningCache()
     if not path.exists():
@@ -65,7 +66,7 @@ def read_cache(path: str | os.PathLike) -> TuningCache:
     if cache.schema_version > SCHEMA_VERSION:
         raise TuneError(f"{path}: schema version {cache.schema_version} is newer than this aot_tune "
                         f"understands ({SCHEMA_VERSION}); fix: upgrade aot_tune")
-    check_records(cache.records, path)
+    check_records(cache.records, path, spec)
     return cache
 
 
@@ -73,7 +74,6 @@ def read_cache(path: str | os.PathLike) -> TuningCache:
 
 _KERNEL = re.compile(r"[a-z_][a-z0-9_]{0,63}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_DEVICE_KEY = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _CAPABILITY = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}")
 _CONFIG_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -81,97 +81,132 @@ _TEXT_LIMIT = 200
 BACKENDS = ("cuda", "interpreter")
 
 
-def describe_record(record: TuningRecord) -> str:
-    """``gemm h200 float16 256x4096x4096``, printable whatever the record holds."""
-    shape = "x".join(str(v) for v in record.shape)
-    return " ".join(_printable(part)[:64] for part in (record.kernel, record.device.key, record.dtype, shape))
-
-
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (line breaks among them) as '?'."""
     return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
-def record_problem(record: TuningRecord, spec: "KernelSpec | None" = None, complete: bool = False) -> str:
+def describe_record(record: TuningRecord) -> str:
+    """``gemm h200 float16 256x4096x4096``, printable whatever the record holds."""
+    shape = "x".join(str(v) for v in record.shape)
+    return " ".join(printable(part)[:64] for part in (record.kernel, record.device.key, record.dtype, shape))
+
+
+def record_defect(record: TuningRecord, spec: "KernelSpec | None" = None, complete: bool = False) -> str:
     """Why a record cannot be trusted ('' if it can). Without ``spec``: its form (names, versions,
     device, params). With the manifest's ``spec`` of its kernel: also that it answers that kernel
     (key dims, params of the space with values of the space's types); ``complete`` also asks
     every config to set every param of the space (what ``doit merge-caches`` lets in)."""
-    from aot_tune.runtime.devices import INTERPRETER, device_key
-
-    if not _KERNEL.fullmatch(record.kernel):
-        return f"kernel name {record.kernel!r} is not a lower-case identifier of at most 64 characters"
-    if any(not _IDENTIFIER.fullmatch(name) for name in record.key_names):
-        return f"key dims {list(record.key_names)!r} are not identifiers"
-    if len(record.shape) != len(record.key_names) or any(v < 1 for v in record.shape):
-        return f"shape {list(record.shape)} does not fit the key dims {list(record.key_names)}"
-    if record.dtype not in DTYPE_NAMES:
-        return f"unknown dtype {record.dtype!r} (known: {', '.join(DTYPE_NAMES)})"
-    device = record.device
-    if device.backend not in BACKENDS:
-        return f"unknown backend {device.backend!r} (known: {', '.join(BACKENDS)})"
-    if not device.name or not device.name.isprintable() or len(device.name) > _TEXT_LIMIT:
-        return f"device name {device.name!r} is not one printable line of at most {_TEXT_LIMIT} characters"
-    expected_key = INTERPRETER if device.backend == "interpreter" else device_key(device.name)
-    if device.key != expected_key:
-        return f"device key {device.key!r} does not match the device name {device.name!r} (expected {expected_key!r})"
-    capability_ok = device.compute_capability == "cpu" if device.backend == "interpreter" \
-        else _CAPABILITY.fullmatch(device.compute_capability)
-    if not capability_ok:
-        return f"compute capability {device.compute_capability!r} is not of the form 9.0 (or cpu for the interpreter)"
-    for tool in ("triton", "torch", "cuda", "driver"):
-        version = getattr(record.toolchain, tool)
-        if version and not _VERSION.fullmatch(version):
-            return f"{tool} version {version!r} is not a version string"
-    configs = [("best config", record.best)] if record.HasField("best") else []
-    configs += [(f"measurement {i}", m.config) for i, m in enumerate(record.measurements)]
-    configs += [(name.replace("_", " "), getattr(record, name).config)
-                for name in ("default_baseline", "vendor_baseline") if record.HasField(name)]
-    for where, config in configs:
-        problem = _config_problem(config, spec, complete)
-        if problem:
-            return f"{where}: {problem}"
-    statuses = _measurement_statuses()
-    for i, m in enumerate(record.measurements):
-        if m.status not in statuses:
-            return f"measurement {i}: unknown status {m.status!r}"
-    if spec is not None:
-        if record.kernel != spec.name:
-            return f"it is a record of kernel {record.kernel!r}, not {spec.name!r}"
-        if tuple(record.key_names) != spec.key:
-            return f"key dims {list(record.key_names)} differ from the manifest's key {list(spec.key)}"
-    return ""
+    return _RecordCheck(spec, complete).defect(record)
 
 
-def _config_problem(config, spec: "KernelSpec | None", complete: bool) -> str:
-    if not _CONFIG_ID.fullmatch(config.id):
-        return f"config id {config.id!r} is not an id"
-    space = dict(spec.space.params) if spec is not None else None
-    names = []
-    for param in config.params:
-        kind = param.WhichOneof("value")
-        if not _IDENTIFIER.fullmatch(param.name):
-            return f"param name {param.name!r} is not an identifier"
-        if kind is None:
-            return f"param {param.name} has no value"
-        value = getattr(param, kind)
-        if kind == "float_value" and not math.isfinite(value):
-            return f"param {param.name} is {value}, not a finite number"
-        if kind == "string_value" and (not value.isprintable() or len(value) > _TEXT_LIMIT):
-            return f"param {param.name} is not one printable line of at most {_TEXT_LIMIT} characters"
-        if space is not None:
-            if param.name not in space:
-                return f"param {param.name!r} is not in the space ({', '.join(space)})"
-            allowed = {_value_kind(v) for v in space[param.name]}
-            if kind not in allowed:
-                return f"param {param.name} holds a {kind.removesuffix('_value')}, the space {'/'.join(sorted(k.removesuffix('_value') for k in allowed))}"
-        names.append(param.name)
-    if space is not None and complete and config.params and set(names) != set(space):
-        return f"params {sorted(names)} are not the space's {sorted(space)}"
-    return ""
+def check_records(records: Iterable[TuningRecord], path: str | os.PathLike, spec: "KernelSpec | None" = None,
+                  complete: bool = False) -> None:
+    """Raise one line naming the file and the first record that cannot be trusted; records of
+    other kernels than ``spec``'s get the checks of form only."""
+    with_spec, form_only = _RecordCheck(spec, complete), _RecordCheck(None, False)
+    for index, record in enumerate(records):
+        check = with_spec if spec is None or record.kernel == spec.name else form_only
+        defect = check.defect(record)
+        if defect:
+            raise TuneError(f"{path}: record {index} ({describe_record(record)}): {defect}; fix: restore the "
+                            f"file from git, or regenerate it on the machine that measured it")
+
+
+class _RecordCheck:
+    """The checks of ``record_defect``, with what they derive from the manifest computed once:
+    a cache is read on every run, and a GEMM record holds thousands of configs."""
+
+    def __init__(self, spec: "KernelSpec | None", complete: bool) -> None:
+        from aot_tune.bench.runner import MEASUREMENT_STATUSES
+
+        self.spec, self.complete = spec, complete
+        self.statuses = MEASUREMENT_STATUSES
+        #: param -> the Param fields its space values are stored in
+        self.kinds = {name: frozenset(_value_kind(v) for v in values) for name, values in spec.space.params} \
+            if spec is not None else None
+        self.good_names: set[str] = set()
+
+    def defect(self, record: TuningRecord) -> str:
+        from aot_tune.runtime.devices import INTERPRETER, device_key
+
+        if not _KERNEL.fullmatch(record.kernel):
+            return f"kernel name {record.kernel!r} is not a lower-case identifier of at most 64 characters"
+        if any(not _IDENTIFIER.fullmatch(name) for name in record.key_names):
+            return f"key dims {list(record.key_names)!r} are not identifiers"
+        if len(record.shape) != len(record.key_names) or any(v < 1 for v in record.shape):
+            return f"shape {list(record.shape)} does not fit the key dims {list(record.key_names)}"
+        if record.dtype not in DTYPE_NAMES:
+            return f"unknown dtype {record.dtype!r} (known: {', '.join(DTYPE_NAMES)})"
+        device = record.device
+        if device.backend not in BACKENDS:
+            return f"unknown backend {device.backend!r} (known: {', '.join(BACKENDS)})"
+        if not device.name or not device.name.isprintable() or len(device.name) > _TEXT_LIMIT:
+            return f"device name {device.name!r} is not one printable line of at most {_TEXT_LIMIT} characters"
+        expected_key = INTERPRETER if device.backend == "interpreter" else device_key(device.name)
+        if device.key != expected_key:
+            return (f"device key {device.key!r} does not match the device name {device.name!r} "
+                    f"(expected {expected_key!r})")
+        capability_ok = device.compute_capability == "cpu" if device.backend == "interpreter" \
+            else _CAPABILITY.fullmatch(device.compute_capability)
+        if not capability_ok:
+            return (f"compute capability {device.compute_capability!r} is not of the form 9.0 (or cpu for the "
+                    f"interpreter)")
+        for tool in ("triton", "torch", "cuda", "driver"):
+            version = getattr(record.toolchain, tool)
+            if version and not _VERSION.fullmatch(version):
+                return f"{tool} version {version!r} is not a version string"
+        configs = [("best config", record.best)] if record.HasField("best") else []
+        configs += [(f"measurement {i}", m.config) for i, m in enumerate(record.measurements)]
+        configs += [(name.replace("_", " "), getattr(record, name).config)
+                    for name in ("default_baseline", "vendor_baseline") if record.HasField(name)]
+        for where, config in configs:
+            defect = self._config_defect(config)
+            if defect:
+                return f"{where}: {defect}"
+        for i, m in enumerate(record.measurements):
+            if m.status not in self.statuses:
+                return f"measurement {i}: unknown status {m.status!r}"
+        if self.spec is not None:
+            if record.kernel != self.spec.name:
+                return f"it is a record of kernel {record.kernel!r}, not {self.spec.name!r}"
+            if tuple(record.key_names) != self.spec.key:
+                return f"key dims {list(record.key_names)} differ from the manifest's key {list(self.spec.key)}"
+        return ""
+
+    def _config_defect(self, config) -> str:
+        if not _CONFIG_ID.fullmatch(config.id):
+            return f"config id {config.id!r} is not an id"
+        kinds = self.kinds
+        names = []
+        for param in config.params:
+            kind = param.WhichOneof("value")
+            if param.name not in self.good_names:
+                if not _IDENTIFIER.fullmatch(param.name):
+                    return f"param name {param.name!r} is not an identifier"
+                self.good_names.add(param.name)
+            if kind is None:
+                return f"param {param.name} has no value"
+            value = getattr(param, kind)
+            if kind == "float_value" and not math.isfinite(value):
+                return f"param {param.name} is {value}, not a finite number"
+            if kind == "string_value" and (not value.isprintable() or len(value) > _TEXT_LIMIT):
+                return f"param {param.name} is not one printable line of at most {_TEXT_LIMIT} characters"
+            if kinds is not None:
+                if param.name not in kinds:
+                    return f"param {param.name!r} is not in the space ({', '.join(kinds)})"
+                if kind not in kinds[param.name]:
+                    shown = "/".join(sorted(k.removesuffix("_value") for k in kinds[param.name]))
+                    return f"param {param.name} holds a {kind.removesuffix('_value')}, the space {shown}"
+            names.append(param.name)
+        if kinds is not None and self.complete and config.params and set(names) != set(kinds):
+            return f"params {sorted(names)} are not the space's {sorted(kinds)}"
+        return ""
 
 
 def _value_kind(value) -> str:
-    """The ``Param`` field a space value is stored in (see ``config_to_proto``)."""
+    """The ``Param`` field a value is stored in (``config_to_proto``, and the check of a record's
+    params against the space's values)."""
     if isinstance(value, bool):
         return "bool_value"
     if isinstance(value, int):
@@ -179,24 +214,6 @@ def _value_kind(value) -> str:
     if isinstance(value, float):
         return "float_value"
     return "string_value"
-
-
-def _measurement_statuses() -> tuple[str, ...]:
-    from aot_tune.bench.runner import MEASUREMENT_STATUSES
-
-    return MEASUREMENT_STATUSES
-
-
-def check_records(records: Iterable[TuningRecord], path: str | os.PathLike, spec: "KernelSpec | None" = None,
-                  complete: bool = False) -> None:
-    """Raise one line naming the file and the first record that cannot be trusted."""
-    for index, record in enumerate(records):
-        if spec is not None and record.kernel != spec.name:
-            continue
-        problem = record_problem(record, spec, complete)
-        if problem:
-            raise TuneError(f"{path}: record {index} ({describe_record(record)}): {problem}; fix: restore the "
-                            f"file from git, or regenerate it on the machine that measured it")
 
 
 def serialize(cache: TuningCache, path: str | os.PathLike) -> bytes:
@@ -247,7 +264,7 @@ def write_cache(cache: TuningCache, path: str | os.PathLike) -> bool:
 
 def read_record(path: str | os.PathLike) -> TuningRecord:
     """One bench task's output (under .aot_tune/); a TuneError if it does not parse. The merge
-    stage checks it (``record_problem``) before it enters a cache."""
+    stage checks it (``record_defect``) before it enters a cache."""
     record = TuningRecord()
     try:
         record.ParseFromString(Path(path).read_bytes())

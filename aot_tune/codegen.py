@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from aot_tune import __version__
-from aot_tune.cache import config_from_proto, describe_record
+from aot_tune.cache import config_from_proto, describe_record, printable
 from aot_tune.errors import TuneError
 from aot_tune.fingerprint import digest
 from aot_tune.tuning_schema import TuningCache
@@ -47,7 +47,7 @@ def python_literal(value) -> str:
 
 def comment_text(value) -> str:
     """One printable line for a comment: line breaks and other control characters become '?'."""
-    text = "".join(ch if ch.isprintable() else "?" for ch in str(value))
+    text = printable(str(value))
     return text if len(text) <= _COMMENT_LIMIT else text[: _COMMENT_LIMIT - 3] + "..."
 
 

@@ -84,15 +84,11 @@ class SourceIndex:
                 continue
             module = self._module(module_name)
             if module is None:
-                owner = _distribution(module_name)
-                if owner is not None:
-                    distributions[owner[0]] = owner[1]
+                _add_distribution(module_name, distributions)
                 seen.setdefault((module_name, name), "")  # not Python source we follow: the toolchain's
                 continue
-            if module.path.is_relative_to(self.root) is False:
-                owner = _distribution(module_name)
-                if owner is not None:
-                    distributions[owner[0]] = owner[1]
+            if not module.path.is_relative_to(self.root):  # a ref found on sys.path may belong to one
+                _add_distribution(module_name, distributions)
             if name in module.definitions:
                 if (module_name, name) in seen:
                     continue
@@ -128,9 +124,7 @@ class SourceIndex:
         distribution's) adds its distribution, if any, and nothing else."""
         module = self._module(module_name)
         if module is None:
-            owner = _distribution(module_name)
-            if owner is not None:
-                distributions[owner[0]] = owner[1]
+            _add_distribution(module_name, distributions)
             return []
         if chain:
             return [(module_name, chain[0], chain[1:])]
@@ -205,6 +199,13 @@ def _installed() -> dict[str, list[str]]:
     from importlib import metadata
 
     return metadata.packages_distributions()
+
+
+def _add_distribution(module_name: str, distributions: dict[str, str]) -> None:
+    """Note the installed distribution ``module_name`` comes from, if any, with its version."""
+    owner = _distribution(module_name)
+    if owner is not None:
+        distributions[owner[0]] = owner[1]
 
 
 @functools.lru_cache(maxsize=None)

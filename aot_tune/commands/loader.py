@@ -43,11 +43,12 @@ def set_aside_broken_database(path: Path) -> None:
     """doit's database is a cache of what ran (the durable files decide what is stale): one that
     does not open as doit's sqlite table is moved aside, with a note, and doit starts a new one."""
     import sqlite3
+    from contextlib import closing
 
     if not path.is_file():
         return
     try:
-        with sqlite3.connect(path) as conn:
+        with closing(sqlite3.connect(path)) as conn:
             conn.execute("SELECT task_id, task_data FROM doit LIMIT 1").fetchall()
         return
     except sqlite3.OperationalError as exc:

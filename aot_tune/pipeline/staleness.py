@@ -38,8 +38,7 @@ class Staleness:
         version = _file_version(kp.cache_path)
         memo = self._caches.get(kp.cache_path)
         if memo is None or memo[0] != version:
-            cache = cache_io.read_cache(kp.cache_path)
-            cache_io.check_records(cache.records, kp.cache_path, kp.spec)
+            cache = cache_io.read_cache(kp.cache_path, kp.spec)
             memo = self._caches[kp.cache_path] = (version, cache, {r.fingerprint: r for r in cache.records})
         return memo
 

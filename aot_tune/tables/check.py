@@ -93,8 +93,7 @@ def check(manifest: Manifest, toolchain: str = "recorded") -> CheckReport:
     for spec in manifest.kernels:
         code, dependencies = measured_dependencies(sources, spec)
         cache_path = manifest.root / spec.cache
-        cache = cache_io.read_cache(cache_path)
-        cache_io.check_records(cache.records, cache_path, spec)
+        cache = cache_io.read_cache(cache_path, spec)
         devices = sorted({r.device.key for r in cache.records})
         if not devices:
             report.untuned_kernels.append(spec.name)

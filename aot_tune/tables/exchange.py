@@ -28,7 +28,7 @@ from aot_tune.fingerprint import SourceIndex, measured_code
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.staleness import record_problem
 from aot_tune.tables.guard import lost_tables_message
-from aot_tune.tuning_schema import TuningRecord
+from aot_tune.tuning_schema import TuningCache, TuningRecord
 
 
 @dataclass
@@ -76,20 +76,19 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
             if spec is None:
                 summary.unknown_kernels.add(record.kernel)
                 continue
-            problem = cache_io.record_problem(record, spec, complete=True)
+            problem = cache_io.record_defect(record, spec, complete=True)
             if problem:
                 raise TuneError(f"{path}: record {index} ({cache_io.describe_record(record)}): {problem}; "
                                 f"nothing was merged; fix: merge caches made with this manifest's kernels and "
                                 f"spaces, or restore that file")
             incoming.setdefault(record.kernel, []).append(record)
-    merged_caches = {}
+    updates: list[tuple[KernelSpec, TuningCache]] = []
     for kernel, records in sorted(incoming.items()):
         spec = specs[kernel]
         code = measured_code(sources, spec)
         current = lambda r, spec=spec, code=code: not record_problem(spec, code, r)  # noqa: E731
         path = manifest.root / spec.cache
-        existing = cache_io.read_cache(path)
-        cache_io.check_records(existing.records, path, spec)
+        existing = cache_io.read_cache(path, spec)
         ours = {cache_io.record_identity(r): r for r in existing.records}
         for record in records:
             identity = cache_io.record_identity(record)
@@ -106,13 +105,9 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
         missing = entries_missing_from_cache(manifest.root / spec.generated, merged, spec.name)
         if missing:
             raise TuneError(lost_tables_message(spec, missing) + "; nothing was merged")
-        merged_caches[kernel] = (spec, path, merged, render_module(spec.name, spec.key, merged, manifest.path.name))
-    for spec, *_ in merged_caches.values():  # every module is checked before anything is written
-        ensure_generated(manifest.root / spec.generated)
-    for kernel, (spec, path, merged, text) in merged_caches.items():
-        cache_io.write_cache(merged, path)
-        write_module(manifest.root / spec.generated, text)
-        summary.kernels.add(kernel)
+        updates.append((spec, merged))
+    _write_tables(manifest, updates)
+    summary.kernels.update(spec.name for spec, _ in updates)
     return summary
 
 
@@ -133,28 +128,31 @@ def drop_devices(manifest: Manifest, devices: Iterable[str], kernels: Iterable[K
     """Remove the devices' records from the kernels' caches and their tables from the generated
     modules: the explicit way to drop a table (a run never does it on its own)."""
     summary = DropSummary(tuple(dict.fromkeys(devices)))
-    plans = []
+    updates: list[tuple[KernelSpec, TuningCache]] = []
     for spec in kernels:
-        path = manifest.root / spec.cache
-        cache = cache_io.read_cache(path)
-        cache_io.check_records(cache.records, path, spec)
-        kept = [r for r in cache.records if r.device.key not in summary.devices]
-        in_module = entries_missing_from_cache(manifest.root / spec.generated, cache_io.sorted_cache(kept), spec.name)
+        cache = cache_io.read_cache(manifest.root / spec.cache, spec)
+        kept = cache_io.sorted_cache(r for r in cache.records if r.device.key not in summary.devices)
+        in_module = entries_missing_from_cache(manifest.root / spec.generated, kept, spec.name)
         others = {d: n for d, n in in_module.items() if d not in summary.devices}
         if others:
             raise TuneError(lost_tables_message(spec, others) + "; nothing was dropped")
-        if len(kept) == len(cache.records) and not in_module:
+        if len(kept.records) == len(cache.records) and not in_module:
             continue
-        merged = cache_io.sorted_cache(kept)
-        plans.append((spec, path, merged, render_module(spec.name, spec.key, merged, manifest.path.name),
-                      len(cache.records) - len(kept)))
-    for spec, *_ in plans:
-        ensure_generated(manifest.root / spec.generated)
-    for spec, path, merged, text, removed in plans:
-        cache_io.write_cache(merged, path)
-        write_module(manifest.root / spec.generated, text)
-        summary.dropped[spec.name] = removed
+        updates.append((spec, kept))
+        summary.dropped[spec.name] = len(cache.records) - len(kept.records)
+    _write_tables(manifest, updates)
     return summary
+
+
+def _write_tables(manifest: Manifest, updates: list[tuple[KernelSpec, TuningCache]]) -> None:
+    """Write each kernel's cache and its generated module. Everything is rendered, and every
+    module path checked (never over a file aot_tune did not write), before anything is written."""
+    texts = [render_module(spec.name, spec.key, cache, manifest.path.name) for spec, cache in updates]
+    for spec, _ in updates:
+        ensure_generated(manifest.root / spec.generated)
+    for (spec, cache), text in zip(updates, texts):
+        cache_io.write_cache(cache, manifest.root / spec.cache)
+        write_module(manifest.root / spec.generated, text)
 
 
 def _prefer(theirs: TuningRecord, mine: TuningRecord, current) -> bool:

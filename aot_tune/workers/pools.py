@@ -92,11 +92,13 @@ class Executors:
             if self._closed:
                 raise RuntimeError("the compile pool is closed")
             if self._compile_pool is None:
-                self._compile_pool = cf.ProcessPoolExecutor(
-                    max_workers=self.compile_jobs, mp_context=context,
-                    initializer=_warm_compile_worker, initargs=(self.triton_cache_dir, forking.environment()),
-                )
+                self._compile_pool = self._new_pool(self.compile_jobs, context)
             return self._compile_pool
+
+    def _new_pool(self, workers: int, context) -> cf.ProcessPoolExecutor:
+        """Compile workers in ``context`` (the fork server's, or spawn), set up for this run."""
+        return cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_warm_compile_worker,
+                                      initargs=(self.triton_cache_dir, forking.environment()))
 
     def start_compiles(self) -> None:
         """Start the compile workers now, all of them, in the background: the fork server begins
@@ -133,8 +135,7 @@ class Executors:
             return self._timed_out(request, config_id)
         except cf.process.BrokenProcessPool:  # this config, or another one in the pool, killed a worker
             self._replace_pool(pool)
-        alone = cf.ProcessPoolExecutor(max_workers=1, mp_context=forking.context(), initializer=_warm_compile_worker,
-                                       initargs=(self.triton_cache_dir, forking.environment()))
+        alone = self._new_pool(1, forking.context())
         try:  # again on a worker of its own: only its own crash counts against it
             return alone.submit(compile_config, request, config_id).result(timeout=self.compile_timeout_s)
         except cf.TimeoutError:
