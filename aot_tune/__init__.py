@@ -6,6 +6,27 @@ Importing this package imports neither torch nor triton.
 """
 __version__ = "0.1.0"
 
+
+def _use_checkout_rules() -> None:
+    """A checkout keeps the doit rules at top level (rules/), which an install maps to
+    ``aot_tune.rules``; run from a checkout on PYTHONPATH alone (an offline GPU box, a second
+    worktree), the checkout's own rules/ is that package."""
+    import sys
+    from importlib.util import module_from_spec, spec_from_file_location
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    rules = here.parent / "rules" / "__init__.py"
+    if (here / "rules").is_dir() or not rules.is_file() or "aot_tune.rules" in sys.modules:
+        return
+    spec = spec_from_file_location("aot_tune.rules", rules, submodule_search_locations=[str(rules.parent)])
+    module = module_from_spec(spec)
+    sys.modules["aot_tune.rules"] = module
+    spec.loader.exec_module(module)
+
+
+_use_checkout_rules()
+
 from aot_tune.runtime.decorator import autotune  # noqa: E402  (after __version__: codegen reads it from here)
 
 __all__ = ["autotune", "__version__"]
