@@ -106,7 +106,7 @@ def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
 _KERNEL_KEYS = (
     "kernel", "launch", "inputs", "reference", "key", "space", "constraints",
     "shapes", "interpreter_shapes", "dtypes", "bench", "search", "targets", "cache", "generated",
-    "default_config", "vendor", "cost", "compile_cost",
+    "default_config", "vendor", "cost", "compile_cost", "devices",
 )  # fmt: skip
 _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "reference", "key", "space", "shapes")
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -152,6 +152,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults) -> KernelSpec:
         dtypes=s.dtypes, bench=s.bench, targets=s.targets,
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
         default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
+        devices=s.devices,
     )  # fmt: skip
 
 

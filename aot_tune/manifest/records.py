@@ -106,6 +106,7 @@ class KernelSpec:
     cost: Cost | None = None  # FLOPs and bytes of a shape, for rates and floors in reports
     compile_cost: Constraint | None = None  # a config's relative compile time: orders the compile queue
     search: SearchSettings = SearchSettings()
+    devices: tuple[str, ...] = ()  # device keys it ships tables for: `doit check` flags those without one
 
     def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
         """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
@@ -158,3 +159,4 @@ class Defaults:
     cache: str = "generated/{kernel}.tuning.pb"
     generated: str = "generated/{kernel}.py"
     search: SearchSettings = SearchSettings()
+    devices: tuple[str, ...] = ()

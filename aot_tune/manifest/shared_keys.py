@@ -1,5 +1,5 @@
 """The keys a kernel shares with ``defaults:`` (dtypes, targets, bench, search, cache,
-generated): one parser per key, so a value means the same wherever it is written.
+generated, devices): one parser per key, so a value means the same wherever it is written.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from typing import Any
 
 from aot_tune.manifest.checks import (_Ctx, _as_yaml, _describe, _did_you_mean, _is_int, _join, _leaf, _list,
                                       _mapping, _positive_int, _positive_number)
+from aot_tune.manifest.device_keys import _devices
 from aot_tune.manifest.output_paths import _template
 from aot_tune.manifest.records import STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, SearchSettings
 from aot_tune.manifest.yaml_lines import _Map
 
 
-_SHARED_KEYS = ("dtypes", "targets", "bench", "search", "cache", "generated")
+_SHARED_KEYS = ("dtypes", "targets", "bench", "search", "cache", "generated", "devices")
 
 
 def _defaults(ctx: _Ctx, top: _Map) -> Defaults:
@@ -178,4 +179,5 @@ _SHARED_PARSERS: dict[str, Callable[[_Ctx, Any, str, int, Defaults], Any]] = {
     "targets": _targets,
     "bench": _bench,
     "search": _search,
+    "devices": _devices,
 }

@@ -33,6 +33,10 @@ _FAMILIES = (
 )
 
 
+#: The keys of the models named above, and the interpreter's: what a manifest's ``devices`` names.
+KNOWN_KEYS = (INTERPRETER, *dict.fromkeys(key for _, key in _FAMILIES))
+
+
 def device_key(name: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'h100-sxm'; unknown models become a slug of their name."""
     lowered = name.lower()

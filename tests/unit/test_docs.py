@@ -50,6 +50,7 @@ def test_the_references_defaults_are_the_parsers() -> None:
     assert stated["bench"] == dataclasses.asdict(code.bench)
     assert stated["cache"] == code.cache
     assert stated["generated"] == code.generated
+    assert stated["devices"] == list(code.devices)
     assert stated["search"] == {"strategy": SearchSettings().strategy} == {"strategy": code.search.strategy}
     commented = _commented_search_defaults(_yaml_block())
     assert set(commented) == {"seed", "transfer", "eta", "rungs"}

@@ -154,6 +154,18 @@ def test_defaults_paths_and_l2_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert g.cache == "c/gemm.pb" and g.targets == ("sm80",) and g.bench.l2_flush_bytes == 1048576
 
 
+def test_devices_declared_in_defaults_and_per_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load(tmp_path, monkeypatch, BASE).kernel("gemm").devices == ()  # none declared: nothing required
+    text = edit("  dtypes: [fp16]\n", "  dtypes: [fp16]\n  devices: [h200, h100-sxm, h200]\n")
+    text = edit("    targets: [90, sm_100]\n", "    targets: [90, sm_100]\n    devices: [interpreter, a10]\n", text)
+    m = load(tmp_path, monkeypatch, text)
+    # deduplicated in order; a kernel's list replaces the defaults' (a10: a model the key table does not list)
+    assert m.kernel("gemm").devices == ("h200", "h100-sxm")
+    assert m.kernel("softmax").devices == ("interpreter", "a10")
+    text = edit("    devices: [interpreter, a10]\n", "    devices: []\n", text)
+    assert load(tmp_path, monkeypatch, text).kernel("softmax").devices == ()  # opts out of the defaults' list
+
+
 def test_grid_expansion_and_dedup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = edit(
         "      - {M: 256, N: 256, K: 256}\n",
@@ -318,6 +330,13 @@ MISTAKES = [
             "kernels.softmax.dtypes[1]", "unknown dtype 'bfloat'", "float16, bfloat16, float32", "did you mean"),
     mistake("bad_target", "targets: [90, sm_100]", "targets: [90, sm90a]", "sm90a", "kernels.softmax.targets[1]",
             "unknown target 'sm90a'", "smNN"),
+    mistake("device_key_not_normalized", "  dtypes: [fp16]\n", "  dtypes: [fp16]\n  devices: [h200, H100]\n",
+            "devices:", "defaults.devices[1]", "'H100' is not a device key", fix="did you mean 'h100-sxm'?"),
+    mistake("device_key_typo", "    targets: [90, sm_100]\n", "    targets: [90, sm_100]\n    devices: [interpeter]\n",
+            "interpeter", "kernels.softmax.devices[0]", "unknown device key 'interpeter'",
+            fix="did you mean 'interpreter'?"),
+    mistake("device_key_not_a_string", "  dtypes: [fp16]\n", "  dtypes: [fp16]\n  devices: [90]\n", "devices:",
+            "defaults.devices[0]", "expected a device key, got 90", "known keys: interpreter"),
     mistake("negative_rep_ms", "{rep_ms: 50, l2_flush: false}", "{rep_ms: -50, l2_flush: false}", "rep_ms: -50",
             "kernels.softmax.bench.rep_ms", "expected a positive number, got -50"),
     mistake("exponent_number_read_as_string", "{warmup_ms: 10}", "{warmup_ms: 1e3}", "1e3",
