@@ -12,6 +12,11 @@ manifest asks of that device (``interpreter_shapes`` for the interpreter) is cla
   search: did not search among exactly them);
 * missing: no record.
 
+A device with no records at all is checked too when something asks for it: a device key the
+manifest declares (``devices:``; the interpreter only when declared), and, on a GPU machine,
+the GPU this machine would tune for (its key passed in as ``local_device``). Such a device is
+one line naming the shapes and dtypes it lacks.
+
 A generated module must be exactly what its cache renders to, byte for byte: a module edited
 by hand (or by anything else) is flagged, and so is one holding tuned entries its cache lacks
 (the cache was deleted, emptied or truncated: the next run would drop those tables).
@@ -26,6 +31,7 @@ from aot_tune.fingerprint import SourceIndex, measured_dependencies
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.plan import shape_label
 from aot_tune.pipeline.staleness import record_problem
+from aot_tune.runtime.devices import INTERPRETER
 from aot_tune.tables.guard import lost_tables_message
 from aot_tune.triton_compat import versions
 
@@ -39,10 +45,17 @@ class Coverage:
     tuned: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    #: why a device without a table is checked at all ("declared in devices:", "this machine's GPU");
+    #: empty for a device that has records
+    required_by: str = ""
 
     @property
     def ok(self) -> bool:
         return not self.stale and not self.missing
+
+    @property
+    def has_table(self) -> bool:
+        return not self.required_by
 
 
 @dataclass
@@ -52,6 +65,9 @@ class CheckReport:
     untuned_kernels: list[str]
     #: one line each: a module holding entries its cache lacks, or a file aot_tune did not write
     module_problems: list[str] = field(default_factory=list)
+    #: every device key the manifest declares, and this machine's GPU key (None: not checked)
+    declared: list[str] = field(default_factory=list)
+    local_device: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -63,6 +79,10 @@ class CheckReport:
         for c in self.coverage:
             lines.append(f"{c.kernel:<16}{c.device:<16}{len(c.tuned):>7}{len(c.stale):>7}{len(c.missing):>9}")
         for c in self.coverage:
+            if not c.has_table:
+                lines.append(f"missing: {c.kernel} has no table for {c.device} ({c.required_by}); "
+                             f"{_absent(c.missing)}")
+                continue
             for what, entries in (("stale", c.stale), ("missing", c.missing)):
                 for entry in entries:
                     lines.append(f"{what}: {c.kernel} on {c.device}: {entry}")
@@ -80,26 +100,52 @@ class CheckReport:
             lines.append(f"out of date: {', '.join(stale)}; fix: run `doit tune {' '.join(stale)}` on each "
                          f"device listed, and commit generated/")
         else:
-            lines.append("all tables are in sync with the sources, the manifest and the toolchain")
+            lines.append(self._in_sync())
         return "\n".join(lines)
 
+    def _in_sync(self) -> str:
+        """What was checked, e.g. ``4 tables in sync; devices covered: h200, interpreter``."""
+        devices = sorted({c.device for c in self.coverage})
+        checked = [f"declared: {', '.join(self.declared)}"] if self.declared else []
+        if self.local_device:
+            checked.append(f"this machine's GPU: {self.local_device}")
+        extra = f" ({'; '.join(checked)})" if checked else ""
+        tables = f"{len(self.coverage)} table{'s' * (len(self.coverage) != 1)}"
+        return (f"{tables} in sync with the sources, the manifest and the toolchain; "
+                f"devices covered: {', '.join(devices) or 'none'}{extra}")
 
-def check(manifest: Manifest, toolchain: str = "recorded") -> CheckReport:
+
+def _absent(missing: list[str]) -> str:
+    """``float16, bfloat16 for 2 shapes: 64x64, 128x128`` from a device's missing entries."""
+    dtypes = list(dict.fromkeys(entry.split(" ", 1)[0] for entry in missing))
+    shapes = list(dict.fromkeys(entry.split(" ", 1)[1] for entry in missing))
+    return f"needs {', '.join(dtypes)} for {len(shapes)} shape{'s' * (len(shapes) != 1)}: {', '.join(shapes)}"
+
+
+def check(manifest: Manifest, toolchain: str = "recorded", local_device: str | None = None) -> CheckReport:
+    """``local_device``: the key of the GPU this machine would tune for, required like a declared
+    device; None on a machine without one (the interpreter is required only when declared)."""
     if toolchain not in TOOLCHAIN_MODES:
         raise ValueError(f"toolchain must be one of {TOOLCHAIN_MODES}")
     installed = versions()
     sources = SourceIndex(manifest.root)
-    report = CheckReport([], [], [])
+    report = CheckReport([], [], [], local_device=local_device)
+    report.declared = sorted({device for spec in manifest.kernels for device in spec.devices})
     for spec in manifest.kernels:
         code, dependencies = measured_dependencies(sources, spec)
         cache_path = manifest.root / spec.cache
         cache = cache_io.read_cache(cache_path, spec)
         devices = sorted({r.device.key for r in cache.records})
-        if not devices:
+        required = {device: "declared in devices:" for device in spec.devices}
+        if local_device:
+            required.setdefault(local_device, "this machine's GPU")
+        absent = [_absent_coverage(spec, device, why) for device, why in required.items() if device not in devices]
+        if not devices and not absent:
             report.untuned_kernels.append(spec.name)
         for device in devices:
             records = [r for r in cache.records if r.device.key == device]
             report.coverage.append(_device_coverage(spec, code, records, toolchain, installed, dependencies))
+        report.coverage.extend(absent)
         generated = manifest.root / spec.generated
         missing = entries_missing_from_cache(generated, cache, spec.name)
         if missing:
@@ -118,6 +164,13 @@ def _module_text(path) -> str | None:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def _absent_coverage(spec: KernelSpec, device: str, required_by: str) -> Coverage:
+    """A required device with no record: every (shape, dtype) it is asked for is missing."""
+    backend = INTERPRETER if device == INTERPRETER else "cuda"
+    missing = [f"{dtype} {shape_label(shape)}" for dtype in spec.dtypes for shape in spec.shapes_for(backend)]
+    return Coverage(spec.name, device, missing=missing, required_by=required_by)
 
 
 def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str, installed: dict,
