@@ -45,20 +45,14 @@ def comparison(kernel: str, device: str, unit: str | None, rows: Sequence["Shape
                dtypes: Sequence[str]) -> str | None:
     """Grouped bars per shape: tuned, default and vendor, as rates with the peak as a line when
     the kernel declares its cost, else as times (log scale)."""
-    if not rows:
-        return None
+    bars = {side: [_height(getattr(row, side), unit) for row in rows] for side, _ in SIDES}
+    if all(math.isnan(h) for heights in bars.values() for h in heights):
+        return None  # nothing to draw: no rows, or no side with a time (or a rate, where rates are drawn)
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 3.6))
     width = 0.8 / len(SIDES)
     for i, (side, color) in enumerate(SIDES):
-        heights = []
-        for row in rows:
-            timed = getattr(row, side)
-            if unit:
-                heights.append(timed.rate.value if timed.rate else math.nan)
-            else:
-                heights.append(timed.ms * 1e3 if timed.ms else math.nan)
-        axes.bar([x + (i - 1) * width for x in range(len(rows))], heights, width, label=side, color=color)
+        axes.bar([x + (i - 1) * width for x in range(len(rows))], bars[side], width, label=side, color=color)
     if unit:
         axes.set_ylabel(unit)
         peaks = {(peak.matrix_tflops.get(d) if unit == "TFLOP/s" else peak.memory_gbps) for d in dtypes} \
@@ -78,6 +72,12 @@ def comparison(kernel: str, device: str, unit: str | None, rows: Sequence["Shape
     axes.set_title(f"{kernel} on {device}: tuned vs default vs vendor")
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a bar
     return _png(figure)
+
+
+def _height(timed, unit: str | None) -> float:
+    if unit:
+        return timed.rate.value if timed.rate else math.nan
+    return timed.ms * 1e3 if timed.ms else math.nan
 
 
 def heatmap(kernel: str, device: str, data: "Heatmap") -> str | None:
@@ -107,8 +107,8 @@ def heatmap(kernel: str, device: str, data: "Heatmap") -> str | None:
 
 def time_split(runs: Sequence[tuple[str, dict[str, float]]]) -> str | None:
     """Stacked horizontal bars of each logged run's wall time: specialize, compile, bench, other."""
-    if not runs:
-        return None
+    if not any(seconds > 0 for _, split in runs for seconds in split.values()):
+        return None  # no run, or only runs of no measurable length
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(8, 0.45 * len(runs) + 1.2))
     for y, (_, split) in enumerate(runs):

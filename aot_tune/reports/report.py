@@ -11,6 +11,8 @@ Per kernel: the tuned config against the kernel's default config and the vendor 
 per shape, as times and rates with the device's peak and the shape's floor (aot_tune.cost); the
 tuning time split; a heatmap of each config parameter's values against performance; failures
 by reason; and which shapes x dtypes each device's table covers (as ``doit check`` sees them).
+An interpreter table's times are Python wall clock on the CPU, not a GPU's: its section shows the
+picked configs, how many passed the check, and coverage, and no time, rate, ratio or heatmap.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from aot_tune.fileio import write_atomic
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.build.compile import CompileRecord
 from aot_tune.pipeline.plan import WORK_DIR, shape_label
-from aot_tune.pipeline.runlog import RunRecord, read_runs, time_split
+from aot_tune.pipeline.runlog import RUNS_FILE, RunRecord, read_runs, time_split
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
@@ -63,16 +65,19 @@ class ShapeRow:
     default: Timed
     vendor: Timed
     floor_ms: float | None
+    gpu: bool = True  # False: interpreter times, which no ratio is taken of
+    passed: int = 0   # configs that passed the correctness check, of
+    measured: int = 0
 
     @property
     def vs_default(self) -> float | None:
         """How many times faster the tuned config is than the default (>1: tuning paid)."""
-        return _ratio(self.default.ms, self.tuned.ms)
+        return _ratio(self.default.ms, self.tuned.ms) if self.gpu else None
 
     @property
     def vs_vendor(self) -> float | None:
         """How many times faster the tuned config is than the vendor (>1: we beat it)."""
-        return _ratio(self.vendor.ms, self.tuned.ms)
+        return _ratio(self.vendor.ms, self.tuned.ms) if self.gpu else None
 
     @property
     def of_floor(self) -> float | None:
@@ -117,7 +122,15 @@ class DeviceSection:
     heatmap_plot: str | None = None
 
     @property
+    def gpu(self) -> bool:
+        """Whether its times are a GPU's (the interpreter's are not: no times, rates or heatmap)."""
+        return self.backend == "cuda"
+
+    @property
     def peak_text(self) -> str:
+        if not self.gpu:
+            return ("Triton interpreter on the CPU: its timings only pick the config of its table, so no times, "
+                    "rates or ratios are shown")
         if self.peak is None:
             return "no datasheet peak for this device, so no floor"
         rates = ", ".join(f"{dtype} {value:g}" for dtype, value in sorted(self.peak.matrix_tflops.items()))
@@ -175,6 +188,8 @@ class Report:
     plots: bool
     notes: list[str] = field(default_factory=list)
     runs_plot: str | None = None
+    #: why no run is shown (empty when some are): the log exists only where `doit tune` worked
+    no_runs: str = ""
 
 
 @dataclass(frozen=True)
@@ -196,11 +211,10 @@ def build_report(manifest: Manifest, kernels: tuple[KernelSpec, ...] | None = No
     report = Report(manifest=str(manifest.path), version=__version__, kernels=sections, runs=runs, plots=plots,
                     generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     if not runs:
-        report.notes.append(f"No run log in {work_dir}: the whole-run split (specialize / compile / bench / other) "
-                            f"exists only in a tree where `doit tune` ran.")
+        report.no_runs = _no_runs(work_dir / RUNS_FILE)
     if plots:
         for section in sections:
-            for device in section.devices:
+            for device in (d for d in section.devices if d.gpu):
                 device.plot = report_plots.comparison(section.name, device.key, section.unit, device.rows,
                                                       device.peak, section.dtypes)
                 device.heatmap_plot = report_plots.heatmap(section.name, device.key, device.heatmap)
@@ -260,7 +274,8 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) 
         dtype=record.dtype, shape=label, tuned=timed(best, "no config passed"),
         default=timed(record.default_baseline if record.HasField("default_baseline") else None, default_missing),
         vendor=timed(record.vendor_baseline if record.HasField("vendor_baseline") else None, vendor_missing),
-        floor_ms=floor_ms(work, peak, record.dtype) if work else None,
+        floor_ms=floor_ms(work, peak, record.dtype) if work else None, gpu=gpu,
+        passed=sum(m.status == "ok" for m in record.measurements), measured=len(record.measurements),
     )
 
 
@@ -341,6 +356,15 @@ def _compile_time(work_dir: Path, kernel: str) -> CompileTime | None:
         by_target={t: (len(v), sum(v)) for t, v in sorted(by_target.items())},
         failures=[FailureRow(r, c, examples[r]) for r, c in sorted(counts.items())],
     )
+
+
+def _no_runs(log: Path) -> str:
+    """Why the run log shows nothing, and what stands in for it."""
+    where = "the bench time each record keeps in the caches is shown per kernel and device below"
+    if log.exists():
+        return f"{log} holds no readable run (it is not a list of runs this aot_tune writes); {where}."
+    return (f"No run log here ({log} does not exist): `doit tune` appends a run to it only where it compiled or "
+            f"benchmarked, so a checkout whose tables were tuned on another machine has none; {where}.")
 
 
 def _run_row(run: RunRecord) -> RunRow:

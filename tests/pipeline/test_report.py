@@ -12,11 +12,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from tunerun import REPO, doit, gemm_manifest, make_project
+from tunerun import REPO, doit, gemm_manifest, make_project, tune, vector_add_manifest
 
 from aot_tune import cache as cache_io
 from aot_tune.manifest import load_manifest
-from aot_tune.reports.report import build_report, write_report
+from aot_tune.reports import plots
+from aot_tune.reports.report import ShapeRow, Timed, build_report, write_report
 from aot_tune.build.compile import CompileRecord, CompileResult
 from aot_tune.pipeline.runlog import RunRecord, append_run, read_runs, time_split
 from aot_tune.space import Config
@@ -67,15 +68,63 @@ def test_renders_this_repositorys_caches_with_plots(tmp_path):
     page = structure(html)
     for spec in manifest.kernels:
         assert f'id="k-{spec.name}"' in html and f"## {spec.name}" in markdown
-    # per kernel and device a comparison and a heatmap, all embedded PNGs that decode
-    devices = sum(len(k.devices) for k in build_report(manifest).kernels)
-    assert page.images >= 2 * devices
+    # per kernel and GPU a comparison and a heatmap, all embedded PNGs that decode; none for the interpreter
+    report = build_report(manifest)
+    gpus = [d for k in report.kernels for d in k.devices if d.gpu]
+    assert gpus and page.images == 2 * len(gpus)
     for blob in re.findall(r'src="data:image/png;base64,([^"]+)"', html):
         assert base64.b64decode(blob).startswith(b"\x89PNG")
-    # the interpreter tables carry their baselines: every interpreter row has all three times
-    interpreter = [d for k in build_report(manifest).kernels for d in k.devices if d.key == "interpreter"]
+    # the interpreter tables carry their baselines (every row has all three times), yet their section
+    # shows the picked configs and no time, rate or ratio of them (Python wall clock, not a GPU's)
+    interpreter = [d for k in report.kernels for d in k.devices if d.key == "interpreter"]
     assert interpreter and all(row.default.ms and row.vendor.ms and row.tuned.ms for d in interpreter for row in d.rows)
+    assert all(d.plot is d.heatmap_plot is None for d in interpreter)
+    assert all(row.vs_default is row.vs_vendor is row.of_floor is None for d in interpreter for row in d.rows)
     assert "| gemm | interpreter | 1 | 0 | 0 |" in markdown
+    section = markdown.split("### gemm on interpreter", 1)[1].split("\n## ", 1)[0]
+    assert "| 64x64x64 | float16 | BLOCK_K=64 BLOCK_M=64 BLOCK_N=64 GROUP_M=8 num_warps=2 num_stages=3 | 48 of 48 | " \
+           "passed | passed |" in section
+    assert not re.search(r"\d\.\d\dx|TFLOP/s|GB/s|µs|peak", section), section
+    html_section = html.split("<h3>gemm on interpreter</h3>", 1)[1].split("<h2", 1)[0]
+    assert "Configs picked under the interpreter" in html_section
+    assert not re.search(r"\d\.\d\dx|<img|TFLOP/s|over default|heatmap", html_section), html_section
+    # this checkout logged no run: the report says why, and shows the bench time the caches keep
+    assert "No run log here" in markdown and "tuned on another machine" in markdown
+    assert re.search(r"\| gemm \| h200 \| 8 \| [\d.]+ (s|min) \| 2026-", markdown)
+    assert "No runs logged in this tree" not in html and "No run log here" in html
+
+
+def test_a_plot_with_nothing_to_draw_is_skipped():
+    failed = Timed(None, "no config passed")
+    row = ShapeRow("float16", "64", tuned=failed, default=Timed(None, "no default_config in the manifest"),
+                   vendor=Timed(0.5, "vendor"), floor_ms=None)
+    assert plots.comparison("k", "h200", "TFLOP/s", [row], None, ["float16"]) is None  # no side has a rate
+    assert plots.comparison("k", "h200", None, [], None, ["float16"]) is None
+    assert plots.comparison("k", "h200", None, [row], None, ["float16"]) is not None  # the vendor's time
+    assert plots.time_split([]) is None
+    assert plots.time_split([("an empty run", {"bench": 0.0, "other": 0.0})]) is None
+
+
+def test_a_records_bench_seconds_count_no_wait_for_its_device(tmp_path):
+    """Bench tasks run on several threads and queue for the interpreter's one device worker: each
+    record counts only the time it held the device, so the records add up to no more than the
+    bench stage's wall time (counting the queue, three records added up to about twice it)."""
+    project = make_project(tmp_path / "project", vector_add_manifest("""\
+    space:
+      BLOCK_SIZE: [128, 1024]
+      num_warps: [4]
+    shapes:
+      - {n: 1000}
+      - {n: 2000}
+      - {n: 3000}
+"""))
+    tune(project, "-n", "4")
+    records = cache_io.read_cache(project / "generated" / "vector_add.tuning.pb").records
+    (run,) = read_runs(project / ".aot_tune")
+    start, end = run.stages["bench"]
+    assert len(records) == 3 and all(r.bench_seconds > 0 for r in records)
+    assert sum(r.bench_seconds for r in records) <= end - start + 0.01, (
+        [r.bench_seconds for r in records], run.stages)
 
 
 # -- a synthetic cache ---------------------------------------------------------------------
