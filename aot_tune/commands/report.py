@@ -1,6 +1,7 @@
 """``doit report`` and ``doit subset``: what tuning bought, read from the caches (no GPU needed)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from doit.cmd_base import Command
@@ -66,7 +67,8 @@ class SubsetCommand(Command):
     doc_usage = "[KERNEL ...]"
     doc_description = ("Greedy set cover over the kernel's cache: configs are added until every tuned\n"
                        "(device, dtype, shape) has one within --tolerance of its fastest measured config.\n"
-                       "--triton prints them as a triton.Config list for users who keep Triton's autotuner.")
+                       "--triton prints them as a triton.Config list for users who keep Triton's autotuner.\n"
+                       "With no KERNEL, a kernel without records (for --device) is skipped with a note.")
     cmd_options = (opt_manifest, opt_tolerance, opt_devices, opt_triton)
 
     def execute(self, params, args):
@@ -75,18 +77,31 @@ class SubsetCommand(Command):
 
         if not params["tolerance"] >= 0:
             raise InvalidCommand(f"--tolerance must be >= 0 (e.g. 0.05 for 5%), got {params['tolerance']}")
+        subsets = []
         try:
             manifest = load_manifest(params["manifest"])
-            subsets = [(spec, _subset(manifest, spec, params["tolerance"], params["devices"]))
-                       for spec in manifest.select(args)]
+            for spec in manifest.select(args):
+                try:
+                    subsets.append((spec, _subset(manifest, spec, params["tolerance"], params["devices"])))
+                except NoRecords as err:
+                    if args:  # named on the command line: the user asked for it
+                        raise
+                    print(f"skipped: {err}", file=sys.stderr)
         except TuneError as err:
             raise InvalidCommand(str(err)) from None
+        if not subsets:
+            raise InvalidCommand("no kernel has tuned records to choose a subset from; fix: run `doit tune` first"
+                                 + (" on the devices passed to --device" if params["devices"] else ""))
         for spec, subset in subsets:
             if params["triton"]:
                 print(render_triton(subset, [name for name, _ in spec.space.params]))
             else:
                 print(render_report(subset))
         return 0
+
+
+class NoRecords(TuneError):
+    """A kernel has no records (for the devices asked): an error when it was named, else a note."""
 
 
 def _subset(manifest, spec, tolerance: float, devices: str):
@@ -97,11 +112,11 @@ def _subset(manifest, spec, tolerance: float, devices: str):
     records = cache_io.read_cache(manifest.root / spec.cache).records
     present = sorted({r.device.key for r in records})
     if not present:
-        raise TuneError(f"{spec.name} has no tuned records in {spec.cache}; fix: run `doit tune {spec.name}` first")
+        raise NoRecords(f"{spec.name} has no tuned records in {spec.cache}; fix: run `doit tune {spec.name}` first")
     wanted = [d.strip() for d in devices.split(",") if d.strip()]
     unknown = [d for d in wanted if d not in present]
     if unknown:
-        raise TuneError(f"{spec.name}: no records for device {', '.join(unknown)} in {spec.cache} "
+        raise NoRecords(f"{spec.name}: no records for device {', '.join(unknown)} in {spec.cache} "
                         f"(it has: {', '.join(present)}); fix: pass --device with one of those")
     if not wanted:
         wanted = [d for d in present if d != INTERPRETER] or present

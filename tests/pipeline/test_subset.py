@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import subprocess
 
-from tunerun import REPO, doit_command, subprocess_env
+from tunerun import REPO, doit, doit_command, make_project, subprocess_env, vector_add_manifest
 
 from aot_tune import cache as cache_io
+from aot_tune.space import Config
 from aot_tune.reports.subset import render_report, render_triton, select_subset, worst_ratio
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
@@ -76,3 +77,48 @@ def test_doit_subset_prints_triton_configs_and_refuses_unknown_devices():
     bad = subprocess.run(doit_command("subset", "--device", "h900", "gemm"), cwd=REPO, env=subprocess_env(),
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "no records for device h900" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_doit_subset_skips_a_kernel_without_records_unless_it_is_named(tmp_path):
+    project = make_project(tmp_path, vector_add_manifest("""\
+    space:
+      BLOCK_SIZE: [64, 128]
+      num_warps: [4]
+    shapes:
+      - {n: 1000}
+  softmax:
+    kernel: kernels.softmax:softmax_kernel
+    launch: kernels.softmax:softmax
+    inputs: kernels.softmax:make_inputs
+    reference: kernels.softmax:reference
+    key: [M, N]
+    space:
+      BLOCK_N: [128]
+      num_warps: [4]
+    shapes:
+      - {M: 4, N: 100}
+"""))
+    tuned = TuningRecord(kernel="vector_add", key_names=["n"], shape=[1000], dtype="float16", fingerprint="f",
+                         measured_at="2026-11-22T01:00:00+00:00")
+    tuned.device.key, tuned.device.name, tuned.device.compute_capability = "h200", "NVIDIA H200", "9.0"
+    tuned.device.backend = "cuda"
+    tuned.toolchain.triton, tuned.toolchain.torch = "3.6.0", "2.11.0"
+    for block, ms in ((64, 0.02), (128, 0.01)):
+        params = {"BLOCK_SIZE": block, "num_warps": 4}
+        m = Measurement(status="ok", median_ms=ms, runs=10)
+        cache_io.config_to_proto(Config.from_dict(params).id, params, m.config)
+        tuned.measurements.append(m)
+    tuned.best.CopyFrom(tuned.measurements[1].config)
+    cache_io.write_cache(cache_io.sorted_cache([tuned]), project / "generated" / "vector_add.tuning.pb")
+
+    every = doit(project, "subset")  # softmax has no cache at all: one note, and vector_add's subset
+    assert every.returncode == 0, every.stderr
+    assert every.stdout.startswith("vector_add on h200: 1 configs of the 2 in the space") and "BLOCK_SIZE=128" in every.stdout
+    notes = [line for line in every.stderr.splitlines() if "softmax" in line]
+    assert notes == ["skipped: softmax has no tuned records in generated/softmax.tuning.pb; "
+                     "fix: run `doit tune softmax` first"]
+    named = doit(project, "subset", "softmax")  # asked for by name: an error, as before
+    assert named.returncode != 0 and "softmax has no tuned records" in named.stderr
+    nothing = doit(project, "subset", "--device", "a100-sxm")  # no kernel has what was asked: an error
+    assert nothing.returncode != 0 and "no kernel has tuned records" in nothing.stderr
+    assert "Traceback" not in every.stderr + named.stderr + nothing.stderr
