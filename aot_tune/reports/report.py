@@ -166,6 +166,8 @@ class KernelSection:
     vendor: str
     devices: list[DeviceSection]
     compile_time: CompileTime | None
+    #: devices the manifest declares (``devices:``) that have no table for this kernel
+    absent: list[Coverage] = field(default_factory=list)
 
 
 @dataclass
@@ -233,8 +235,9 @@ def _kernel_section(manifest: Manifest, spec: KernelSpec, coverage: dict, work_d
         unit = "TFLOP/s" if spec.cost.flops is not None else "GB/s"
     devices = [_device_section(spec, records, coverage.get((spec.name, key)))
                for key, records in sorted(by_device.items())]
+    absent = [c for (kernel, _), c in coverage.items() if kernel == spec.name and not c.has_table]
     return KernelSection(spec.name, spec.key, spec.dtypes, unit, spec.default_config is not None,
-                         spec.vendor or "", devices, _compile_time(work_dir, spec.name))
+                         spec.vendor or "", devices, _compile_time(work_dir, spec.name), absent)
 
 
 def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Coverage | None) -> DeviceSection:

@@ -298,3 +298,16 @@ def test_doit_report_command(synthetic):
     bad = doit(synthetic, "report", "nosuchkernel")
     assert bad.returncode != 0 and "unknown kernel 'nosuchkernel'" in bad.stderr
     assert len([line for line in bad.stderr.splitlines() if "nosuchkernel" in line]) == 1
+
+
+def test_declared_devices_without_a_table_are_in_the_coverage_table(synthetic, tmp_path):
+    manifest_path = synthetic / "tuning.yaml"
+    manifest_path.write_text(manifest_path.read_text().replace("defaults:\n", "defaults:\n  devices: [h200, h100-sxm]\n"))
+    paths = write_report(load_manifest(manifest_path), tmp_path / "out")
+    markdown, html = paths.markdown.read_text(), paths.html.read_text()
+    structure(html)
+    assert "| gemm | h100-sxm (declared, no table) | 0 | 0 | 4 |" in markdown  # 2 shapes x 2 dtypes
+    assert "| gemm | h200 (declared" not in markdown  # it has a table
+    assert "| rmsnorm | h200 (declared, no table) | 0 | 0 | 1 |" in markdown
+    assert "| rmsnorm | none |" not in markdown
+    assert "h100-sxm <span class=\"muted\">(declared, no table)</span>" in html
