@@ -65,8 +65,9 @@ class CheckReport:
     untuned_kernels: list[str]
     #: one line each: a module holding entries its cache lacks, or a file aot_tune did not write
     module_problems: list[str] = field(default_factory=list)
-    #: every device key the manifest declares, and this machine's GPU key (None: not checked)
+    #: every device key the manifest declares
     declared: list[str] = field(default_factory=list)
+    #: the key of this machine's GPU, checked like a declared device (None: no GPU, not checked)
     local_device: str | None = None
 
     @property
@@ -104,7 +105,7 @@ class CheckReport:
         return "\n".join(lines)
 
     def _in_sync(self) -> str:
-        """What was checked, e.g. ``4 tables in sync; devices covered: h200, interpreter``."""
+        """What was checked, e.g. ``8 tables in sync ...; devices covered: h200, interpreter (declared: h200)``."""
         devices = sorted({c.device for c in self.coverage})
         checked = [f"declared: {', '.join(self.declared)}"] if self.declared else []
         if self.local_device:
