@@ -171,7 +171,8 @@ def _check_required(ctx: _Ctx, m: _Map, key: str, line: int) -> None:
         shown = ", ".join(f"{k!r}" + (" (or 'configs')" if k == "space" else "") for k in missing)
         ctx.fail(line, key if len(missing) > 1 else f"{key}.{missing[0]}",
                  f"missing required key{'s' if len(missing) > 1 else ''} {shown}",
-                 f"add {', '.join(f'{k}:' for k in missing)} under {key} (docs/reference/tuning-yaml.md)")
+                 f"add {', '.join(f'{k}:' + (' (or configs:)' if k == 'space' else '') for k in missing)} "
+                 f"under {key} (docs/reference/tuning-yaml.md)")
     if "space" in m and "configs" in m:
         ctx.fail(m.key_lines["configs"], f"{key}.configs", "both 'space' and 'configs' are given",
                  "keep one: 'space' for a grid of values, 'configs' for an explicit list")
