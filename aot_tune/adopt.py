@@ -92,4 +92,13 @@ def _entry_name(tuner: Any) -> str:
 
 def _flow(config: dict) -> str:
     """A config as a YAML flow mapping: names are identifiers, and a JSON scalar is a YAML one."""
-    return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in config.items()) + "}"
+    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in config.items()) + "}"
+
+
+def _scalar(value: Any) -> str:
+    """YAML 1.1 reads a float only with a dot (``1e-05`` would be a string): ``1.0e-05``."""
+    text = json.dumps(value)
+    if isinstance(value, float) and "e" in text and "." not in text:
+        mantissa, _, exponent = text.partition("e")
+        text = f"{mantissa}.0e{exponent if exponent[0] in '+-' else '+' + exponent}"
+    return text

@@ -226,6 +226,8 @@ def _module_attr(ctx: _Ctx, value: Any, key: str, line: int) -> str:
     if isinstance(value, str) and _MODULE_ATTR.fullmatch(value):
         return value
     fix = "write it as package.module:name, e.g. kernels.gemm:matmul"
+    if value == "FILL_IN":
+        ctx.fail(line, key, "still the FILL_IN placeholder of doit adopt", f"{fix} (docs/adopting.md)")
     if isinstance(value, str) and ":" not in value and "." in value:
         module, attr = value.rsplit(".", 1)
         if _MODULE_ATTR.fullmatch(f"{module}:{attr}"):

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import tunerun
+import yaml
 from tunerun import subprocess_env
 
-from aot_tune.adopt import PLACEHOLDER, starting_entry, write_entry
+from aot_tune.adopt import PLACEHOLDER, _flow, starting_entry, write_entry
 from aot_tune.errors import ManifestError, TuneError
 from aot_tune.manifest import load_manifest
 
@@ -99,8 +100,8 @@ def test_the_starting_entry_names_the_decorators_list_and_parses_once_filled(tmp
     assert "    configs: adopt_lib_a.rms:CONFIGS\n" in entry and "    key: [n_cols]\n" in entry
     assert "    default_config: {BLOCK_SIZE: 32, num_warps: 1, num_stages: 3}\n" in entry
     write_entry("tuning.yaml", name, entry)
-    with pytest.raises(ManifestError, match=f"kernels._rms_scale_kernel.launch: expected 'module.path:attr', "
-                                            f"got '{PLACEHOLDER}'"):
+    with pytest.raises(ManifestError, match=f"kernels._rms_scale_kernel.launch: still the {PLACEHOLDER} "
+                                            f"placeholder of doit adopt"):
         load_manifest("tuning.yaml")  # an unfilled placeholder is one line
     Path("tuning.yaml").write_text(fill(Path("tuning.yaml").read_text(), "adopt_lib_a"))
     spec = load_manifest("tuning.yaml").kernels[0]
@@ -118,6 +119,8 @@ def test_a_list_written_inside_the_decorator_is_inlined(tmp_path, monkeypatch):
     _, entry = starting_entry("adopt_lib_b.rms:_rms_scale_kernel")
     assert ("    configs:\n      - {BLOCK_SIZE: 16, num_warps: 1, num_stages: 3, num_ctas: 2}\n"
             "      - {BLOCK_SIZE: 32, num_warps: 1, num_stages: 3, num_ctas: 1}\n") in entry
+    assert _flow({"EPS": 1e-05, "SCALE": 2.5, "MODE": "fast"}) == '{EPS: 1.0e-05, SCALE: 2.5, MODE: "fast"}'
+    assert yaml.safe_load(_flow({"EPS": 1e-05, "BIG": 1e20})) == {"EPS": 1e-05, "BIG": 1e20}
     with pytest.raises(TuneError, match="is not a @triton.autotune kernel"):
         starting_entry("adopt_lib_b.rms:rms_scale")
 
