@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 import tunerun
 import yaml
 from tunerun import subprocess_env
@@ -125,7 +126,12 @@ def test_a_list_written_inside_the_decorator_is_inlined(tmp_path, monkeypatch):
         starting_entry("adopt_lib_b.rms:rms_scale")
 
 
-def test_a_third_party_kernel_migrates_in_3_lines_and_12_of_yaml_and_uses_its_table(tmp_path):
+@pytest.mark.parametrize("backend", [
+    "interpreter",
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                    reason="needs a CUDA GPU")]),
+])
+def test_a_third_party_kernel_migrates_in_3_lines_and_12_of_yaml_and_uses_its_table(tmp_path, backend):
     package = "rowlib"
     root = third_party_project(tmp_path / "project", package)
     kernel_file = root / package / "rms.py"
@@ -146,26 +152,28 @@ def test_a_third_party_kernel_migrates_in_3_lines_and_12_of_yaml_and_uses_its_ta
     assert len(manifest.splitlines()) <= 12, manifest
     assert len(INPUTS_BUILDER.strip().splitlines()) <= 6
 
-    tunerun.tune(root, "-n", "2")  # the first run tunes: no reference, outputs checked against the default's
+    # the first run tunes: no reference, so each config's output is checked against the default's
+    tunerun.tune(root, "-n", "2", backend=backend)
 
-    table = (root / "generated" / f"{name}.py").read_text()
-    assert "'interpreter'" in table
+    device = "cpu" if backend == "interpreter" else "cuda"
     probe = textwrap.dedent(f"""\
         import json, warnings
         import torch
+        from aot_tune.runtime import current_device_key
         from {package}.rms import _rms_scale_kernel, rms_scale
         from generated.{name} import TABLES
         torch.manual_seed(0)
-        x, w = torch.randn(4, 200), torch.rand(200) + 0.5
+        x, w = torch.randn(4, 200, device="{device}"), torch.rand(200, device="{device}") + 0.5
         assert _rms_scale_kernel.best_config is None
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a fallback would warn: the tuned key must be found
             y = rms_scale(x.half(), w.half())
         expected = x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6) * w
         torch.testing.assert_close(y.float(), expected, rtol=1e-2, atol=1e-2)
-        print(json.dumps([_rms_scale_kernel.best_config.all_kwargs(), TABLES["interpreter"][(200, "float16")]]))
+        tuned = TABLES[current_device_key()][(200, "float16")]
+        print(json.dumps([_rms_scale_kernel.best_config.all_kwargs(), tuned]))
         """)
-    env = {**subprocess_env(root), "TRITON_INTERPRET": "1"}
+    env = {**subprocess_env(root), **({"TRITON_INTERPRET": "1"} if backend == "interpreter" else {})}
     proc = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
