@@ -154,6 +154,7 @@ def test_a_third_party_kernel_migrates_in_3_lines_and_12_of_yaml_and_uses_its_ta
 
     # the first run tunes: no reference, so each config's output is checked against the default's
     tunerun.tune(root, "-n", "2", backend=backend)
+    assert tunerun.executed(tunerun.tune(root, "-n", "2", backend=backend)) == []  # the second run is a no-op
 
     device = "cpu" if backend == "interpreter" else "cuda"
     probe = textwrap.dedent(f"""\
