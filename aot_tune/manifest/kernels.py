@@ -88,6 +88,9 @@ def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
             "write 'version: 1', 'defaults:' and 'kernels:' as top-level keys",
         )
     top = _mapping(ctx, doc, "", doc.line, allowed=("version", "defaults", "kernels"))
+    if "version" not in top and "kernels" not in top:
+        ctx.fail(top.line, "", "missing required keys 'version', 'kernels'",
+                 "start the file with 'version: 1' and add a 'kernels:' mapping of kernel name -> spec")
     if "version" not in top:
         ctx.fail(top.line, "version", "missing required key 'version'", "add 'version: 1' at the top of the file")
     if not (_is_int(top["version"]) and top["version"] == 1):

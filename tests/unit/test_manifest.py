@@ -262,6 +262,8 @@ MISTAKES = [
     # the YAML and the top level
     mistake("yaml_tab_indentation", "    key: [M, N, K]\n", "\tkey: [M, N, K]\n", "\tkey", "", "invalid YAML", "'\\t'"),
     mistake("missing_version", "version: 1\n", "", 1, "version", "missing required key 'version'", "version: 1"),
+    mistake("missing_version_and_kernels", BASE, "defaults:\n  dtypes: [fp16]\n", 1, "",
+            "missing required keys 'version', 'kernels'"),
     mistake("wrong_version", "version: 1\n", "version: 2\n", 1, "version", "unsupported version 2", "set version: 1"),
     mistake("unknown_top_level_key_did_you_mean", "defaults:\n", "default:\n", 2, "default", "unknown key 'default'",
             "allowed: version, defaults, kernels", "did you mean 'defaults'?"),
