@@ -334,7 +334,7 @@ def measured_code(sources: SourceIndex, spec: "KernelSpec") -> str:
 
 def measured_dependencies(sources: SourceIndex, spec: "KernelSpec") -> tuple[str, dict[str, str]]:
     """``measured_code`` and the pieces it covers, each with its digest (kept in every record)."""
-    return sources.closure_parts([spec.kernel, spec.launch, spec.inputs, spec.reference])
+    return sources.closure_parts([ref for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference) if ref])
 
 
 def bench_fingerprint(spec: "KernelSpec", code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:
@@ -350,7 +350,13 @@ def bench_fingerprint(spec: "KernelSpec", code: str, shape: tuple[int, ...], dty
     strategy = () if spec.search.exhaustive else (spec.search.canonical(),)
     return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
                   spec.bench.measured_fields(), toolchain, on.key, on.name, on.compute_capability, on.backend,
-                  spec.reference, spec.inputs, *strategy)
+                  spec.reference, spec.inputs, *strategy, *_check_config(spec, shape))
+
+
+def _check_config(spec: "KernelSpec", shape: tuple[int, ...]) -> tuple:
+    """Without a reference, the config outputs are checked against decides what passes."""
+    config = spec.check_config(shape)
+    return () if config is None else ({"check_config": config.as_dict()},)
 
 
 def baselines_fingerprint(spec: "KernelSpec", vendor_code: str, bench_fp: str, default_config: "Config | None") -> str:

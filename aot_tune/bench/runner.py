@@ -24,7 +24,7 @@ class BenchRequest:
     root: str
     launch_ref: str
     inputs_ref: str
-    reference_ref: str
+    reference_ref: str | None  # None: outputs are compared with ``check_config``'s
     shape: tuple[tuple[str, int], ...]
     dtype: str
     config_id: str
@@ -36,6 +36,8 @@ class BenchRequest:
     #: Triton kernel hashes of the compiles a GPU launch of this config uses (from the compile
     #: stage), so a worker on another machine can be given those Triton cache entries.
     kernel_hashes: tuple[str, ...] = ()
+    #: Without a reference: the config (params) whose output every config's is checked against.
+    check_config: tuple[tuple[str, object], ...] | None = None
 
 
 @dataclass

@@ -114,7 +114,7 @@ class ManifestLoader(TaskLoader2):
             staleness = Staleness(plan)
             guard_tables(plan, staleness)
             if cluster is not None:
-                refs = [ref for k in kernels for ref in (k.kernel, k.launch, k.inputs, k.reference)]
+                refs = [ref for k in kernels for ref in (k.kernel, k.launch, k.inputs, k.reference) if ref]
                 cluster.use_project(manifest.root, refs, plan.triton_cache_dir)
         except TuneError as err:
             if cluster is not None:

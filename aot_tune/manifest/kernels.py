@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from aot_tune.manifest.config_list import _config_list
 from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _is_int, _list, _mapping
 from aot_tune.manifest.expressions import _compile_cost, _cost, _default_config
 from aot_tune.space import ConfigSpace, ConstraintError
@@ -87,6 +88,9 @@ def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
             "write 'version: 1', 'defaults:' and 'kernels:' as top-level keys",
         )
     top = _mapping(ctx, doc, "", doc.line, allowed=("version", "defaults", "kernels"))
+    if "version" not in top and "kernels" not in top:
+        ctx.fail(top.line, "", "missing required keys 'version', 'kernels'",
+                 "start the file with 'version: 1' and add a 'kernels:' mapping of kernel name -> spec")
     if "version" not in top:
         ctx.fail(top.line, "version", "missing required key 'version'", "add 'version: 1' at the top of the file")
     if not (_is_int(top["version"]) and top["version"] == 1):
@@ -104,11 +108,11 @@ def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
 
 
 _KERNEL_KEYS = (
-    "kernel", "launch", "inputs", "reference", "key", "space", "constraints",
+    "kernel", "launch", "inputs", "reference", "key", "space", "configs", "constraints",
     "shapes", "interpreter_shapes", "dtypes", "bench", "search", "targets", "cache", "generated",
     "default_config", "vendor", "cost", "compile_cost", "devices",
 )  # fmt: skip
-_REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "reference", "key", "space", "shapes")
+_REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "key", "shapes")
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
@@ -119,21 +123,27 @@ def _kernels(ctx: _Ctx, top: _Map, root: Path) -> tuple[KernelSpec, ...]:
         ctx.fail(
             top.key_lines["kernels"], "kernels", "no kernels are defined", "add at least one kernel under 'kernels:'"
         )
-    specs = tuple(_kernel(ctx, name, m, base) for name in m)
+    specs = tuple(_kernel(ctx, name, m, base, root) for name in m)
     _check_outputs_inside(ctx, specs, m, top, root)
     _check_outputs_distinct(ctx, specs, m)
     return specs
 
 
-def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults) -> KernelSpec:
+def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> KernelSpec:
     key, line = f"kernels.{name}", kernels.key_lines[name]
     _check_kernel_name(ctx, name, key, line)
-    m = _mapping(ctx, kernels[name], key, line, allowed=_KERNEL_KEYS, required=_REQUIRED_KERNEL_KEYS)
-    refs = {
-        f: _module_attr(ctx, m[f], f"{key}.{f}", m.value_lines[f]) for f in ("kernel", "launch", "inputs", "reference")
-    }
+    m = _mapping(ctx, kernels[name], key, line, allowed=_KERNEL_KEYS)
+    _check_required(ctx, m, key, line)
+    refs = {f: _module_attr(ctx, m[f], f"{key}.{f}", m.value_lines[f]) if f in m else None
+            for f in ("kernel", "launch", "inputs", "reference")}
     dims = _key_dims(ctx, m["key"], f"{key}.key", m.value_lines["key"])
-    space = _space(ctx, m, key, dims)
+    if "configs" in m:
+        ref = m["configs"] if isinstance(m["configs"], str) else None
+        if ref is not None:
+            ref = _module_attr(ctx, ref, f"{key}.configs", m.value_lines["configs"])
+        space = _config_list(ctx, m, key, dims, root, ref)
+    else:
+        space = _space(ctx, m, key, dims)
     shapes = _shapes(ctx, m["shapes"], f"{key}.shapes", m.value_lines["shapes"], dims)
     interp = shapes
     if "interpreter_shapes" in m:
@@ -154,6 +164,22 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults) -> KernelSpec:
         default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
         devices=s.devices,
     )  # fmt: skip
+
+
+def _check_required(ctx: _Ctx, m: _Map, key: str, line: int) -> None:
+    """Every missing required key in one error; exactly one of ``space`` and ``configs``."""
+    missing = [k for k in _REQUIRED_KERNEL_KEYS if k not in m]
+    if "space" not in m and "configs" not in m:
+        missing.insert(missing.index("shapes") if "shapes" in missing else len(missing), "space")
+    if missing:
+        shown = ", ".join(f"{k!r}" + (" (or 'configs')" if k == "space" else "") for k in missing)
+        ctx.fail(line, key if len(missing) > 1 else f"{key}.{missing[0]}",
+                 f"missing required key{'s' if len(missing) > 1 else ''} {shown}",
+                 f"add {', '.join(f'{k}:' + (' (or configs:)' if k == 'space' else '') for k in missing)} "
+                 f"under {key} (docs/reference/tuning-yaml.md)")
+    if "space" in m and "configs" in m:
+        ctx.fail(m.key_lines["configs"], f"{key}.configs", "both 'space' and 'configs' are given",
+                 "keep one: 'space' for a grid of values, 'configs' for an explicit list")
 
 
 def _check_every_shape_has_configs(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace, dims: tuple[str, ...],
@@ -204,6 +230,8 @@ def _module_attr(ctx: _Ctx, value: Any, key: str, line: int) -> str:
     if isinstance(value, str) and _MODULE_ATTR.fullmatch(value):
         return value
     fix = "write it as package.module:name, e.g. kernels.gemm:matmul"
+    if value == "FILL_IN":
+        ctx.fail(line, key, "still the FILL_IN placeholder of doit adopt", f"{fix} (docs/adopting.md)")
     if isinstance(value, str) and ":" not in value and "." in value:
         module, attr = value.rsplit(".", 1)
         if _MODULE_ATTR.fullmatch(f"{module}:{attr}"):

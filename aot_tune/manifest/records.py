@@ -14,7 +14,7 @@ from typing import Any
 
 from aot_tune.cost import Cost
 from aot_tune.errors import TuneError
-from aot_tune.space import ConfigSpace, Constraint, DefaultConfig
+from aot_tune.space import Config, ConfigSpace, Constraint, DefaultConfig
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class KernelSpec:
     kernel: str
     launch: str
     inputs: str
-    reference: str
+    reference: str | None  # None: outputs are checked against the default (else first) config's
     key: tuple[str, ...]
     space: ConfigSpace
     shapes: tuple[tuple[int, ...], ...]
@@ -111,6 +111,14 @@ class KernelSpec:
     def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
         """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
         return self.interpreter_shapes if backend == "interpreter" else self.shapes
+
+    def check_config(self, shape: Sequence[int]) -> Config | None:
+        """Without a ``reference``, the config whose output every config's is checked against on
+        this shape: the ``default_config``, else the shape's first candidate."""
+        if self.reference is not None:
+            return None
+        named = self.shape_dict(shape)
+        return self.default_config.resolve(named) if self.default_config else self.space.configs_for(named)[0]
 
     def shape_dict(self, shape: Sequence[int]) -> dict[str, int]:
         """``(256, 512, 64)`` -> ``{"M": 256, "N": 512, "K": 64}`` in key order."""

@@ -289,6 +289,7 @@ class TuneSession:
             shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
             config_id=config.id, config=config.params, settings=settings,
             kernel_hashes=self._kernel_hashes(kp, unit, config, device),
+            check_config=None if spec.reference else spec.check_config(unit.shape).params,
         )
 
     def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease,

@@ -84,7 +84,6 @@ class TunedKernel:
         self.user_post_hook = post_hook
         self.name = table or where
         self.table = TunedTable(self.name, module=module, strict=strict)
-        self.table.warning_stacklevel = 7  # the user's kernel[grid](...) line
         self.default = None if default is None else config_kwargs(default)
         self._config_hooks = self._hooks_by_config()
         self._key_slots = tuple((self.arg_names.index(name), name) for name in self.keys)
@@ -93,7 +92,9 @@ class TunedKernel:
         self._interpreted = _is_interpreted(fn)
         warm_start.install(fn)  # the first launch in a process loads the tuned kernel, see warm_start
         self._device: str | None = None  # set once the device is known not to change between launches
-        self._chosen: dict[tuple, tuple[dict, Callable | None]] = {}
+        self._chosen: dict[tuple, tuple[dict, Callable | None, Any]] = {}
+        #: The config of the last launch (a ``triton.Config``), as on Triton's Autotuner; None before one.
+        self.best_config: Any = None
 
     # ------------------------------------------------------------------ launching
 
@@ -106,9 +107,9 @@ class TunedKernel:
         if forced is not None and (forced.kernel is None or forced.kernel == self.name):
             return self._run_forced(forced, args, grid, warmup, kwargs)
         try:  # the hot path: tensor first, key args positional, device known, config memoized
-            config, pre_hook = self._chosen[(self._device, args[0].dtype, self._key_getter(args))]
+            config, pre_hook, self.best_config = self._chosen[(self._device, args[0].dtype, self._key_getter(args))]
         except (AttributeError, IndexError, KeyError, TypeError):
-            config, pre_hook = self._lookup(args, kwargs)
+            config, pre_hook, self.best_config = self._lookup(args, kwargs)
         if pre_hook is not None:
             pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **config})
         return self.fn.run(*args, grid=grid, warmup=warmup, **kwargs, **config)
@@ -127,7 +128,7 @@ class TunedKernel:
 
     # ------------------------------------------------------------------ choosing
 
-    def _lookup(self, args: tuple, kwargs: dict) -> tuple[dict, Callable | None]:
+    def _lookup(self, args: tuple, kwargs: dict) -> tuple[dict, Callable | None, Any]:
         """Any call: find the dtype, key values and device the slow way; choose once per memo key."""
         count = len(args)
         missing = [name for index, name in self._key_slots if index >= count and name not in kwargs]
@@ -145,7 +146,7 @@ class TunedKernel:
             config = self.table.choose(device, dtype, dict(zip(self.keys, values)))
             if config is None:
                 config = self.default if self.default is not None else self._first_candidate(args, kwargs)
-            chosen = self._chosen[memo] = (dict(config), self._pre_hook_of(config))
+            chosen = self._chosen[memo] = (dict(config), self._pre_hook_of(config), self._as_triton_config(config))
         if device == INTERPRETER or device == uniform_device_key():
             self._device = device  # from now on the hot path needs no device query
         return chosen
@@ -161,6 +162,24 @@ class TunedKernel:
         if self.perf_model is not None and len(candidates) > 1:
             candidates = sorted(candidates, key=lambda c: self.perf_model(**nargs, **kwargs, **config_kwargs(c)))
         return config_kwargs(candidates[0])
+
+    def _as_triton_config(self, config: Mapping[str, Any]) -> Any:
+        """The ``triton.Config`` of ``configs`` a config dict is, else a new one holding it."""
+        constexprs = {k for k in config if k not in _LAUNCH_OPTIONS}
+        for candidate in self.configs:
+            given = config_kwargs(candidate)
+            if (not isinstance(candidate, Mapping) and set(candidate.kwargs) == constexprs
+                    and all(given.get(k) == v for k, v in config.items())):
+                return candidate
+        import triton  # the kernel's author has imported it: this costs nothing
+
+        options = {k: v for k, v in config.items() if k in _LAUNCH_OPTIONS}
+        return triton.Config({k: v for k, v in config.items() if k not in _LAUNCH_OPTIONS}, **options)
+
+    @property
+    def key(self) -> list[str]:
+        """The key argument names (Triton's Autotuner keeps them as ``keys``; both are here)."""
+        return self.keys
 
     def _hooks_by_config(self) -> dict[tuple, Callable]:
         hooks = {}

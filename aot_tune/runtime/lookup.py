@@ -32,6 +32,26 @@ from aot_tune.errors import TuneError
 STRICT_ENV = "AOT_TUNE_STRICT"
 
 
+#: Folders whose frames a warning skips to reach the caller: aot_tune's own and Triton's (a kernel
+#: under ``@triton.heuristics`` is launched through Triton's frames).
+_SKIPPED_FOLDERS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside aot_tune and Triton, from ``warnings.warn``'s
+    caller: the user's launch line however many decorators and launch frames are in between."""
+    import sys
+
+    skipped = _SKIPPED_FOLDERS
+    triton = sys.modules.get("triton")
+    if triton is not None and getattr(triton, "__file__", None):
+        skipped = (*skipped, os.path.dirname(os.path.abspath(triton.__file__)) + os.sep)
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(skipped):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class TuningWarning(UserWarning):
     """A launch ran with a config that was not tuned for exactly its key and device."""
 
@@ -126,9 +146,6 @@ class TunedTable:
     the first lookup. ``lookup(dtype, **key)`` returns a fresh dict: the kernel's constexprs plus
     launch options. ``strict=None`` follows the ``AOT_TUNE_STRICT`` environment variable.
     """
-
-    #: Frames between a fallback warning and the launch that caused it (the decorator adds two).
-    warning_stacklevel = 5
 
     def __init__(self, kernel: str, default: Mapping[str, Any] | None = None, module: str | None = None,
                  strict: bool | None = None) -> None:
@@ -234,4 +251,4 @@ class TunedTable:
     def _warn_once(self, what: tuple, message: str) -> None:
         if what not in self._warned:
             self._warned.add(what)
-            warnings.warn(message, TuningWarning, stacklevel=self.warning_stacklevel)
+            warnings.warn(message, TuningWarning, stacklevel=caller_stacklevel())

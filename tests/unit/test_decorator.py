@@ -403,3 +403,48 @@ def test_the_decorator_imports_neither_torch_nor_triton() -> None:
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- Triton's Autotuner attributes
+
+
+def test_best_config_configs_and_key_behave_as_on_tritons_autotuner(table_module) -> None:
+    kernel = decorate(table_module)
+    tuner = triton.autotune(configs=CONFIGS, key=["n"])(scale_kernel)
+    assert kernel.configs == tuner.configs and kernel.keys == tuner.keys == kernel.key == ["n"]
+    assert kernel.best_config is None  # as on Triton's, until a launch
+    scale(kernel, 64)
+    assert isinstance(kernel.best_config, triton.Config)
+    assert kernel.best_config.all_kwargs() == {"BLOCK": 16, "num_warps": 1, "num_ctas": 1, "num_stages": 3}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningWarning)
+        fallback = decorate(f"{table_module}_missing")
+        scale(fallback, 64)
+    assert fallback.best_config is CONFIGS[0]  # a config of the list is that very object
+
+
+def test_warnings_point_at_the_callers_line_through_heuristics_and_launch_functions(tmp_path, monkeypatch) -> None:
+    """A launch through @triton.heuristics (Triton's frames) and a launch wrapper in another module:
+    each warning names the line that made the call, never aot_tune's or Triton's."""
+    kernel = triton.heuristics({"unused": lambda args: 1})(decorate("aot_tune_test_no_such_table"))
+    (tmp_path / "aot_tune_test_wrapper.py").write_text(textwrap.dedent('''\
+        import triton, torch
+        def launch(kernel, n):
+            x = torch.ones(n)
+            out = torch.empty(n)
+            kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n, 2.0)
+            return out
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import aot_tune_test_wrapper
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        kernel[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](torch.ones(64), torch.empty(64), 64, 2.0)
+    assert [(w.filename, w.lineno) for w in record if w.category is TuningWarning] == [(__file__, line)]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        aot_tune_test_wrapper.launch(decorate("aot_tune_test_no_such_table"), 64)
+    assert [(Path(w.filename).name, w.lineno) for w in record if w.category is TuningWarning] == [
+        ("aot_tune_test_wrapper.py", 5)]

@@ -274,6 +274,8 @@ MISTAKES = [
     # the YAML and the top level
     mistake("yaml_tab_indentation", "    key: [M, N, K]\n", "\tkey: [M, N, K]\n", "\tkey", "", "invalid YAML", "'\\t'"),
     mistake("missing_version", "version: 1\n", "", 1, "version", "missing required key 'version'", "version: 1"),
+    mistake("missing_version_and_kernels", BASE, "defaults:\n  dtypes: [fp16]\n", 1, "",
+            "missing required keys 'version', 'kernels'"),
     mistake("wrong_version", "version: 1\n", "version: 2\n", 1, "version", "unsupported version 2", "set version: 1"),
     mistake("unknown_top_level_key_did_you_mean", "defaults:\n", "default:\n", 2, "default", "unknown key 'default'",
             "allowed: version, defaults, kernels", "did you mean 'defaults'?"),
@@ -282,8 +284,12 @@ MISTAKES = [
             "unknown key 'shape'", "did you mean 'shapes'?"),
     mistake("unknown_bench_key", "{warmup_ms: 10}", "{warmup: 10}", "warmup:", "defaults.bench.warmup",
             "did you mean 'warmup_ms'?"),
-    mistake("missing_required_kernel_key", "    reference: kernels.gemm:reference\n", "", "  gemm:",
-            "kernels.gemm.reference", "missing required key 'reference'"),
+    mistake("missing_required_kernel_key", "    launch: kernels.gemm:matmul\n", "", "  gemm:",
+            "kernels.gemm.launch", "missing required key 'launch'"),
+    mistake("every_missing_kernel_key_in_one_error",
+            "    launch: kernels.gemm:matmul\n    inputs: kernels.gemm:make_inputs\n", "", "  gemm:",
+            "kernels.gemm", "missing required keys 'launch', 'inputs'", fix="add launch:, inputs: under kernels.gemm "
+            "(docs/reference/tuning-yaml.md)"),
     mistake("duplicate_kernel_name", "  softmax:\n", "  gemm:\n", ("  gemm:", 2), "kernels.gemm",
             "duplicate key 'gemm'", f"first at line {line_of(BASE, '  gemm:')}"),
     mistake("duplicate_nested_key", "      GROUP_M: [8]\n", "      GROUP_M: [8]\n      GROUP_M: [4]\n", "GROUP_M: [4]",

@@ -1,4 +1,5 @@
-"""Correctness of one config's output: compared with the kernel's torch reference on the device.
+"""Correctness of one config's output: compared with the kernel's reference on the device (its torch
+reference, or without one the default config's output, aot_tune.bench.engine.workload).
 
 Every config runs once on random inputs and is compared with the kernel's torch reference under a
 dtype-aware relative tolerance; NaN, Inf or a wrong shape never pass. Consecutive configs are
