@@ -81,7 +81,7 @@ def test_tune_then_nothing_to_do_then_all_again(project):
     again = aot_tune(project, "tune")  # auto: the interpreter, with its notice only if a bench runs
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines() == [
-        "nothing to do: 1 table up to date (1 kernel, 2 tuned shapes on interpreter; "
+        "nothing to do: 1 table up to date (1 kernel, 2 entries on interpreter; "
         "aot_tune tune -a runs every task again)"]
     assert BANNER not in again.stderr and "[bench]" not in again.stderr
 
