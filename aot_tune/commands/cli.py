@@ -11,6 +11,7 @@ from doit.cmd_help import Help
 from doit.cmd_info import Info
 from doit.cmd_list import List
 from doit.doit_cmd import DoitMain
+from doit.plugin import PluginDict, PluginEntry
 
 from aot_tune.commands.loader import ManifestLoader
 
@@ -50,9 +51,14 @@ class AotTuneMain(DoitMain):
             return 3
         return super().run(args)
 
+    def get_cmds(self):
+        """These commands only: not the entry points of whatever aot_tune is installed besides
+        the one running (a checkout on PYTHONPATH may differ from it), nor other doit plugins."""
+        cmds = PluginDict({cls.get_name(): cls for cls in self.DOIT_CMDS})
+        cmds.update((name, PluginEntry("COMMAND", name, location)) for name, location in COMMANDS.items())
+        return cmds
+
 
 def main(argv: list[str] | None = None) -> int:
     """The console entry point; a project's pyproject.toml or doit.cfg may still set options."""
-    config = {"COMMAND": dict(COMMANDS)}
-    return AotTuneMain(task_loader=ManifestLoader(), extra_config=config).run(
-        sys.argv[1:] if argv is None else argv)
+    return AotTuneMain(task_loader=ManifestLoader()).run(sys.argv[1:] if argv is None else argv)
