@@ -37,7 +37,8 @@ def project(tmp_path_factory):
     return root
 
 
-def test_list_and_check_work_without_settings_or_install(project):
+def test_list_and_check_work_without_settings_or_install(tmp_path):
+    project = make_project(tmp_path, MANIFEST)
     listed = aot_tune(project, "list")
     assert listed.returncode == 0, listed.stderr
     assert re.search(r"^bench .*\(interpreter\)$", listed.stdout, re.M), listed.stdout
