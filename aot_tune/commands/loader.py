@@ -81,6 +81,7 @@ class ManifestLoader(TaskLoader2):
     def __init__(self) -> None:
         super().__init__()
         self.session: TuneSession | None = None
+        self.manifest = None  # read by load_doit_config, which doit calls first
         self.kernel_names: tuple[str, ...] = ()
         self.jobs = os.cpu_count() or 1
 
@@ -89,7 +90,14 @@ class ManifestLoader(TaskLoader2):
 
     def load_doit_config(self) -> dict:
         """doit's database goes under the manifest's .aot_tune/, never into the project root,
-        unless --db-file or the project's doit settings name another place."""
+        unless --db-file or the project's doit settings name another place. The manifest is read
+        first: a folder without one gets its error, and no .aot_tune/."""
+        from aot_tune.manifest import load_manifest
+
+        try:
+            self.manifest = load_manifest(self.options.get("manifest") or "tuning.yaml")
+        except TuneError as err:
+            raise InvalidDodoFile(str(err)) from None
         config = {}
         dep_file = self.options.get("dep_file")
         if dep_file in (None, opt_depfile["default"], DOIT_DB):
@@ -103,12 +111,11 @@ class ManifestLoader(TaskLoader2):
 
     def load_tasks(self, cmd, pos_args) -> list:
         from aot_tune import rules
-        from aot_tune.manifest import load_manifest
         from aot_tune.rules import bench, compile, generate, merge
 
         cluster = None
+        manifest = self.manifest
         try:
-            manifest = load_manifest(self.options.get("manifest", "tuning.yaml"))
             kernels = manifest.select(self.kernel_names) if self.kernel_names else manifest.kernels
             cluster = self._cluster()
             if cluster is None:

@@ -39,6 +39,9 @@ def project(tmp_path_factory):
 
 def test_list_and_check_work_without_settings_or_install(tmp_path):
     project = make_project(tmp_path, MANIFEST)
+    elsewhere = aot_tune(tmp_path / "kernels", "list")  # no manifest here: one line, and no .aot_tune/
+    assert elsewhere.returncode == 3 and "tuning.yaml: file not found" in elsewhere.stderr, elsewhere.stderr
+    assert not (tmp_path / "kernels" / ".aot_tune").exists()
     listed = aot_tune(project, "list")
     assert listed.returncode == 0, listed.stderr
     assert re.search(r"^bench .*\(interpreter\)$", listed.stdout, re.M), listed.stdout
@@ -73,6 +76,7 @@ def test_tune_help_says_what_the_readme_says(project):
 def test_tune_then_nothing_to_do_then_all_again(project):
     first = tune(project)
     assert "-- " not in first.stdout
+    assert set(re.findall(r"^\[bench\] \d+/(\d+) done", first.stderr, re.M)) == {"2"}, first.stderr
     assert {p.name for p in project.iterdir() if p.name.startswith(".doit")} == set()
     assert (project / ".aot_tune" / "doit.sqlite3").is_file()
 
