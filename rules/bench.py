@@ -13,7 +13,7 @@ def tasks(session) -> Iterator[dict]:
     # (its budget under a budgeted search). doit dispatches in this order.
     units.sort(key=lambda item: (bool(item[1].sources), -_measurements(item[1])))
     session.start_stage("bench", sum(not staleness.bench_done(kp, u) for kp, u in units))
-    devices = ", ".join(f"{d.key}, {d.backend}" for d in plan.devices)
+    devices = ", ".join(d.key for d in plan.devices)
     yield {"basename": "bench", "name": None, "doc": f"benchmark each shape x dtype on each device model ({devices})"}
     for kp, unit in units:
         targets = kp.bench_targets(plan.device_of(unit))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from doit.cmd_base import Command
 from doit.exceptions import InvalidCommand
 
-from aot_tune.commands.options import opt_manifest
+from aot_tune.commands.options import HelpOption, opt_manifest
 from aot_tune.errors import TuneError
 
 opt_write = {
@@ -13,7 +13,7 @@ opt_write = {
 }
 
 
-class AdoptCommand(Command):
+class AdoptCommand(HelpOption, Command):
     """Print (or append) the entry aot_tune.adopt.starting_entry writes."""
 
     name = "adopt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from doit.cmd_base import Command
 from doit.exceptions import InvalidCommand
 
-from aot_tune.commands.options import opt_manifest
+from aot_tune.commands.options import HelpOption, opt_manifest
 from aot_tune.errors import TuneError
 
 opt_toolchain = {
@@ -15,7 +15,7 @@ opt_toolchain = {
 }
 
 
-class CheckCommand(Command):
+class CheckCommand(HelpOption, Command):
     """Exit 1 when a checked-in table is stale or incomplete; for CI machines without a GPU."""
 
     name = "check"

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from doit.cmd_base import TaskLoader2
+from doit.cmd_base import TaskLoader2, opt_depfile
 from doit.exceptions import InvalidDodoFile, TaskFailed
 from doit.loader import generate_tasks
 
 from aot_tune.bench.local.detect import detect
 from aot_tune.codegen import entries_missing_from_cache
-from aot_tune.commands.options import (EXECUTORS, opt_backend, opt_executor, opt_insecure_tcp, opt_manifest,
+from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_executor, opt_insecure_tcp, opt_manifest,
                                        opt_scheduler, opt_tls_ca_file, opt_tls_cert, opt_tls_key, opt_worker_wait)
 from aot_tune.errors import TuneError
 from aot_tune.pipeline.plan import Plan, build_plan
@@ -81,27 +81,41 @@ class ManifestLoader(TaskLoader2):
     def __init__(self) -> None:
         super().__init__()
         self.session: TuneSession | None = None
+        self.manifest = None  # read by load_doit_config, which doit calls first
         self.kernel_names: tuple[str, ...] = ()
         self.jobs = os.cpu_count() or 1
 
     def setup(self, opt_values: dict) -> None:
         self.options = opt_values
-        dep_file = opt_values.get("dep_file")
-        if dep_file:  # doit opens its database before it loads tasks
-            Path(dep_file).parent.mkdir(parents=True, exist_ok=True)
-            set_aside_broken_database(Path(dep_file))
 
     def load_doit_config(self) -> dict:
-        return {}
+        """doit's database goes under the manifest's .aot_tune/, never into the project root,
+        unless --db-file or the project's doit settings name another place. The manifest is read
+        first: a folder without one gets its error, and no .aot_tune/."""
+        from aot_tune.manifest import load_manifest
+
+        try:
+            self.manifest = load_manifest(self.options.get("manifest") or "tuning.yaml")
+        except TuneError as err:
+            raise InvalidDodoFile(str(err)) from None
+        config = {}
+        dep_file = self.options.get("dep_file")
+        if dep_file in (None, opt_depfile["default"], DOIT_DB):
+            manifest = Path(self.options.get("manifest") or "tuning.yaml")
+            dep_file = os.path.join(os.path.dirname(manifest), DOIT_DB)
+            config = {"dep_file": dep_file, "backend": "sqlite3"}
+        # doit opens its database before it loads tasks
+        Path(dep_file).parent.mkdir(parents=True, exist_ok=True)
+        set_aside_broken_database(Path(dep_file))
+        return config
 
     def load_tasks(self, cmd, pos_args) -> list:
         from aot_tune import rules
-        from aot_tune.manifest import load_manifest
         from aot_tune.rules import bench, compile, generate, merge
 
         cluster = None
+        manifest = self.manifest
         try:
-            manifest = load_manifest(self.options.get("manifest", "tuning.yaml"))
             kernels = manifest.select(self.kernel_names) if self.kernel_names else manifest.kernels
             cluster = self._cluster()
             if cluster is None:
@@ -120,9 +134,6 @@ class ManifestLoader(TaskLoader2):
             if cluster is not None:
                 cluster.close()
             raise InvalidDodoFile(str(err)) from None
-        for device in devices:
-            if device.notice:
-                eprint(f"aot_tune: {device.notice}")
         plan.work_dir.mkdir(parents=True, exist_ok=True)
         jobs = int(self.options.get("num_process") or self.jobs)
         if cluster is not None:  # -n may exceed the local cores to keep a big cluster's GPUs busy; compiles may not
@@ -138,7 +149,14 @@ class ManifestLoader(TaskLoader2):
         for stage in (compile, bench, merge, generate):
             task_list.extend(generate_tasks(stage.__name__, _adapted(stage.tasks(self.session)), stage.__doc__))
         assert rules.STAGES == ("compile", "bench", "merge", "generate")
+        if self.options.get("always"):  # -a runs the up-to-date tasks too: progress counts them from the start
+            for stage, progress in self.session.progress.items():
+                progress.total = sum(1 for task in task_list if task.name.startswith(f"{stage}:"))
         if getattr(cmd, "execute_tasks", False):
+            if self.session.progress["bench"].total:  # where the benches run matters only when they do
+                for device in devices:
+                    if device.notice:
+                        eprint(f"aot_tune: {device.notice}")
             self.session.start_workers()  # while doit prepares to run the tasks
         return task_list
 

@@ -7,12 +7,12 @@ from pathlib import Path
 from doit.cmd_base import Command
 from doit.exceptions import InvalidCommand
 
-from aot_tune.commands.options import exclusive_run, opt_manifest
+from aot_tune.commands.options import HelpOption, exclusive_run, opt_manifest
 from aot_tune.errors import TuneError
 from aot_tune.pipeline.plan import WORK_DIR
 
 
-class MergeCachesCommand(Command):
+class MergeCachesCommand(HelpOption, Command):
     """Merge tuning caches from other machines into this project's caches and generated modules."""
 
     name = "merge-caches"
@@ -46,7 +46,7 @@ opt_kernels = {
 }
 
 
-class DropDeviceCommand(Command):
+class DropDeviceCommand(HelpOption, Command):
     """Drop a device's tables on purpose: the one way a tuned table leaves a generated module."""
 
     name = "drop-device"

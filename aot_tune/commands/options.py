@@ -9,6 +9,9 @@ from doit.exceptions import InvalidCommand
 
 from aot_tune.bench.local.detect import BACKENDS
 
+#: doit's database, relative to the manifest's folder (sqlite3: one file, safe with threads).
+DOIT_DB = ".aot_tune/doit.sqlite3"
+
 opt_manifest = {
     "name": "manifest", "long": "manifest", "type": str, "default": "tuning.yaml",
     "help": "path of the tuning manifest [default: %(default)s]",
@@ -59,8 +62,15 @@ opt_worker_wait = {
 }
 
 
-def with_default(option: dict, default) -> dict:
-    return {**option, "default": default}
+class HelpOption:
+    """``<command> --help`` prints the command's help, as ``doit help <command>`` does (doit
+    itself would reject the option). Mixed in before doit's Command class."""
+
+    def parse_execute(self, in_args):
+        if "--help" in in_args:
+            print(self.help())
+            return 0
+        return super().parse_execute(in_args)
 
 
 class exclusive_run:

@@ -7,7 +7,7 @@ from pathlib import Path
 from doit.cmd_base import Command
 from doit.exceptions import InvalidCommand
 
-from aot_tune.commands.options import opt_manifest
+from aot_tune.commands.options import HelpOption, opt_manifest
 from aot_tune.errors import TuneError
 
 opt_output = {
@@ -16,7 +16,7 @@ opt_output = {
 }
 
 
-class ReportCommand(Command):
+class ReportCommand(HelpOption, Command):
     """Render what tuning bought as a self-contained HTML page and a markdown summary."""
 
     name = "report"
@@ -59,7 +59,7 @@ opt_triton = {
 }
 
 
-class SubsetCommand(Command):
+class SubsetCommand(HelpOption, Command):
     """The fewest configs keeping every tuned entry near its best: a candidate list for @triton.autotune."""
 
     name = "subset"

@@ -8,31 +8,61 @@ import os
 import time
 from pathlib import Path
 
-from doit.cmd_run import Run, opt_num_process, opt_parallel_type
+from doit.cmd_base import opt_backend, opt_depfile
+from doit.cmd_run import Run, opt_always, opt_num_process, opt_parallel_type
 from doit.exceptions import InvalidCommand
+from doit.reporter import ConsoleReporter
 
 from aot_tune.commands.loader import ManifestLoader
-from aot_tune.commands.options import exclusive_run, with_default
+from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
 from aot_tune.pipeline.plan import WORK_DIR
 from aot_tune.pipeline.runlog import append_run
 from aot_tune.pipeline.session import eprint
 
+#: doit's options, as tune means them (the help text matches the README).
+TUNE_OPTIONS = {
+    opt_num_process["name"]: {
+        "default": os.cpu_count() or 1,
+        "help": "parallel tasks and compile workers [default: %(default)s, the CPU cores]"},
+    opt_parallel_type["name"]: {
+        "default": "thread",
+        "help": "thread only: the tasks hand work to aot_tune's own worker processes (-P process is "
+                "refused) [default: %(default)s]"},
+    opt_always["name"]: {
+        "help": "run every task, up to date or not; work whose inputs did not change leaves its "
+                "outputs (caches, generated modules) untouched [default: %(default)s]"},
+    opt_depfile["name"]: {"default": DOIT_DB, "help": "doit's record of finished tasks [default: "
+                          "%(default)s, next to the manifest]"},
+    opt_backend["name"]: {"default": "sqlite3"},
+}
 
-class TuneCommand(Run):
+
+class TuneReporter(ConsoleReporter):
+    """doit's console output without a line per up-to-date task; counts what ran."""
+
+    def __init__(self, outstream, options) -> None:
+        super().__init__(outstream, options)
+        self.ran = 0
+
+    def execute_task(self, task):
+        self.ran += bool(task.actions)  # a stage's group task has none, and always "runs"
+        super().execute_task(task)
+
+    def skip_uptodate(self, task):
+        pass
+
+
+class TuneCommand(HelpOption, Run):
     """Run the tuning pipeline: compile, bench, merge, generate."""
 
     name = "tune"
     doc_purpose = "tune the kernels of tuning.yaml ahead of time (all, or those named)"
     doc_usage = "[KERNEL ...]"
-    doc_description = ("Compiles every candidate config on all CPU cores, benchmarks each shape on the\n"
-                       "local GPUs (or the Triton interpreter), merges the results into the protobuf\n"
-                       "caches and writes generated/<kernel>.py. Only stale work runs.")
-    cmd_options = tuple(
-        with_default(opt, os.cpu_count() or 1) if opt is opt_num_process
-        else with_default(opt, "thread") if opt is opt_parallel_type
-        else opt
-        for opt in Run.cmd_options
-    )
+    doc_description = ("Compiles every candidate config on all CPU cores, benchmarks each shape on the local GPUs "
+                       "(or the Triton interpreter), merges the results into the protobuf caches and writes "
+                       "generated/<kernel>.py. Only stale work runs; a run with nothing stale says so in one line.")
+    cmd_options = tuple({**opt, **TUNE_OPTIONS.get(opt["name"], {})} for opt in Run.cmd_options)
+    base_options = tuple({**opt, **TUNE_OPTIONS.get(opt["name"], {})} for opt in Run.base_options)
 
     def __init__(self, task_loader=None, **kwargs) -> None:
         if not isinstance(task_loader, ManifestLoader):
@@ -46,6 +76,10 @@ class TuneCommand(Run):
         self.loader.kernel_names = tuple(args)
         work_dir = Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR
         started, result = time.time(), None
+        reporter = None
+        if params["reporter"] == "console" and not isinstance(params["outfile"], str):
+            reporter = params["reporter"] = TuneReporter(params["outfile"],
+                                                         {"failure_verbosity": params["failure_verbosity"]})
         with exclusive_run(work_dir):
             try:
                 result = super().execute(params, [])
@@ -56,7 +90,21 @@ class TuneCommand(Run):
                     summary = session.summary()
                     if summary:
                         eprint(summary)
+                    if result == 0 and reporter is not None and not reporter.ran:
+                        # `python -m doit` has no program name of its own (doit takes "-m")
+                        program = self.bin_name if self.bin_name.isidentifier() else "doit"
+                        print(nothing_to_do(session.plan, program), file=reporter.outstream, flush=True)
                     run = session.run_record(started, time.time(), ok=result == 0)
                     if run is not None:
                         append_run(work_dir, run)
         return result
+
+
+def nothing_to_do(plan, program: str = "doit") -> str:
+    """The one line of a run that found every table up to date."""
+    kernels = len(plan.kernels)
+    tables = {(kp.spec.name, unit.device) for kp in plan.kernels for unit in kp.bench_units}
+    entries = sum(len(kp.bench_units) for kp in plan.kernels)  # (shape, dtype, device) each
+    return (f"nothing to do: {len(tables)} table{'s' * (len(tables) != 1)} up to date ({kernels} "
+            f"kernel{'s' * (kernels != 1)}, {entries} entr{'ies' if entries != 1 else 'y'} on "
+            f"{', '.join(sorted(plan.device_keys))}; {program} tune -a runs every task again)")

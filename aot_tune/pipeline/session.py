@@ -156,7 +156,11 @@ class TuneSession:
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> StageFailure | None:
         """Exhaustive: measure the configs this shape has no measurement of yet and keep the
         others. Budgeted: run the shape's search (aot_tune.search.strategies). Then the baselines, if the
-        record lacks them (alone, for records made before them); re-pick and write."""
+        record lacks them (alone, for records made before them); re-pick and write. A bench with
+        nothing left to measure (run by ``-a``) leaves its record as it is."""
+        if self.staleness.bench_done(kp, unit):
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} up to date")
+            return None
         device = self.plan.device_of(unit)
         previous = self.staleness.previous_record(kp, unit)
         search_info = None

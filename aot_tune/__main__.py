@@ -1,0 +1,4 @@
+"""``python -m aot_tune <command>``: the commands without an install or any doit settings."""
+from aot_tune.commands.cli import main
+
+raise SystemExit(main())

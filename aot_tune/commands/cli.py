@@ -1,0 +1,65 @@
+"""``aot_tune <command>`` and ``python -m aot_tune <command>``: doit with aot_tune's loader, commands
+and defaults, in any folder with a tuning.yaml. It needs no ``[tool.doit]`` settings and no
+install (a checkout on PYTHONPATH is enough), so the commands are registered here as well as
+through the entry points in pyproject.toml (a test keeps the two lists equal).
+"""
+from __future__ import annotations
+
+import sys
+
+from doit.cmd_help import Help
+from doit.cmd_info import Info
+from doit.cmd_list import List
+from doit.doit_cmd import DoitMain
+from doit.plugin import PluginDict, PluginEntry
+
+from aot_tune.commands.loader import ManifestLoader
+
+#: The aot_tune commands, as pyproject.toml's ``doit.COMMAND`` entry points name them.
+COMMANDS = {
+    "tune": "aot_tune.commands.tune:TuneCommand",
+    "check": "aot_tune.commands.check:CheckCommand",
+    "merge-caches": "aot_tune.commands.merge_caches:MergeCachesCommand",
+    "drop-device": "aot_tune.commands.merge_caches:DropDeviceCommand",
+    "report": "aot_tune.commands.report:ReportCommand",
+    "subset": "aot_tune.commands.report:SubsetCommand",
+    "adopt": "aot_tune.commands.adopt:AdoptCommand",
+}
+
+
+class StageList(List):
+    name = "list"
+    doc_purpose = "list the stages of tuning.yaml's tasks (--all: every task)"
+
+
+class AotTuneMain(DoitMain):
+    """doit's command line with the manifest loader, and of doit's own commands only those that
+    read the tasks without running them (``tune`` runs them)."""
+
+    BIN_NAME = "aot_tune"
+    DOIT_CMDS = (Help, StageList, Info)
+
+    def run(self, all_args):
+        args = list(all_args)
+        if not args:
+            args = ["help"]
+        elif "--help" in args[1:] and not args[0].startswith("-"):
+            args = ["help", args[0]]  # `aot_tune list --help` as `aot_tune help list`, for every command
+        known = self.get_cmds()
+        if not args[0].startswith("-") and args[0] not in known:
+            print(f"ERROR: unknown command '{args[0]}'; fix: use one of {', '.join(sorted(known))} "
+                  f"(`{self.BIN_NAME} help` describes them)", file=sys.stderr)
+            return 3
+        return super().run(args)
+
+    def get_cmds(self):
+        """These commands only: not the entry points of whatever aot_tune is installed besides
+        the one running (a checkout on PYTHONPATH may differ from it), nor other doit plugins."""
+        cmds = PluginDict({cls.get_name(): cls for cls in self.DOIT_CMDS})
+        cmds.update((name, PluginEntry("COMMAND", name, location)) for name, location in COMMANDS.items())
+        return cmds
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console entry point; a project's pyproject.toml or doit.cfg may still set options."""
+    return AotTuneMain(task_loader=ManifestLoader()).run(sys.argv[1:] if argv is None else argv)
