@@ -22,6 +22,7 @@ import itertools
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,6 +31,8 @@ from typing import Any
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 """Triton launch options; every other space parameter is a kernel constexpr."""
+#: A string value of a key dim (``activation: gelu``): part of task and file names.
+KEY_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 # --------------------------------------------------------------------------- #

@@ -36,6 +36,9 @@ class BenchRequest:
     #: Triton kernel hashes of the compiles a GPU launch of this config uses (from the compile
     #: stage), so a worker on another machine can be given those Triton cache entries.
     kernel_hashes: tuple[str, ...] = ()
+    #: The manifest's dtype combinations (``dtype`` may name one) and the correctness tolerance.
+    combos: tuple = ()
+    tolerance: float | None = None  # None: the dtype's default (aot_tune.dtypes.TOLERANCE)
 
 
 @dataclass

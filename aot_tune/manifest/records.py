@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aot_tune import dtypes as dtype_facts
 from aot_tune.cost import Cost
+from aot_tune.dtypes import DtypeCombo
 from aot_tune.errors import TuneError
 from aot_tune.space import ConfigSpace, Constraint, DefaultConfig
 
@@ -106,6 +108,31 @@ class KernelSpec:
     cost: Cost | None = None  # FLOPs and bytes of a shape, for rates and floors in reports
     compile_cost: Constraint | None = None  # a config's relative compile time: orders the compile queue
     search: SearchSettings = SearchSettings()
+    dtype_combos: tuple[DtypeCombo, ...] = ()  # the combinations the manifest declares (some may be unused)
+    tolerance: tuple[tuple[str, float], ...] = ()  # the manifest's overrides of dtype_facts.TOLERANCE
+
+    @property
+    def combos(self) -> dict[str, DtypeCombo]:
+        return {c.name: c for c in self.dtype_combos}
+
+    def combo_args(self, dtype: str) -> tuple[tuple[str, str], ...]:
+        """A combination's (argument, dtype) pairs; () for a plain dtype."""
+        combo = self.combos.get(dtype)
+        return combo.args if combo else ()
+
+    @property
+    def combo_pairs(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """The combinations as requests to workers carry them (aot_tune.build.loading.Combos)."""
+        return tuple((c.name, c.args) for c in self.dtype_combos)
+
+    def tolerance_for(self, dtype: str) -> float:
+        return dtype_facts.tolerance(dtype, self.combos, dict(self.tolerance))
+
+    def dtypes_for(self, backend: str) -> tuple[str, ...]:
+        """The dtypes a backend measures: the interpreter skips those it cannot compute (fp8, bfloat16)."""
+        if backend != "interpreter":
+            return self.dtypes
+        return tuple(d for d in self.dtypes if dtype_facts.interpreter_runs(d, self.combos))
 
     def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
         """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
@@ -158,3 +185,5 @@ class Defaults:
     cache: str = "generated/{kernel}.tuning.pb"
     generated: str = "generated/{kernel}.py"
     search: SearchSettings = SearchSettings()
+    dtype_combos: tuple[DtypeCombo, ...] = ()
+    tolerance: tuple[tuple[str, float], ...] = ()

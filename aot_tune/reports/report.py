@@ -24,6 +24,7 @@ from pathlib import Path
 
 from aot_tune import __version__
 from aot_tune import cache as cache_io
+from aot_tune.cache import record_shape
 from aot_tune.reports import plots as report_plots
 from aot_tune.tables.check import Coverage, check
 from aot_tune.cost import Rate, floor_ms, rate
@@ -224,7 +225,7 @@ def _kernel_section(manifest: Manifest, spec: KernelSpec, coverage: dict, work_d
 
 
 def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Coverage | None) -> DeviceSection:
-    records = sorted(records, key=lambda r: (r.dtype, tuple(r.shape)))
+    records = sorted(records, key=lambda r: (r.dtype, tuple(map(_sort_key, record_shape(r)))))
     first = records[0]
     peak = device_peak(first.device.name) if first.device.backend == "cuda" else None
     dates = sorted(r.measured_at for r in records if r.measured_at)
@@ -241,8 +242,8 @@ def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Cov
 def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) -> ShapeRow:
     # Rates only for GPUs: the interpreter's times are Python wall clock, not a device's throughput.
     gpu = record.device.backend == "cuda"
-    work = spec.cost.work(dict(zip(record.key_names, record.shape)), record.dtype) if spec.cost and gpu else None
-    label = shape_label(tuple(record.shape))
+    work = spec.cost.work(dict(zip(record.key_names, record_shape(record))), record.dtype) if spec.cost and gpu else None
+    label = shape_label(record_shape(record))
 
     def timed(m: Measurement | None, missing: str) -> Timed:
         if m is None:
@@ -289,7 +290,7 @@ def _failures(records: list[TuningRecord]) -> list[FailureRow]:
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for record in records:
-        where = f"{record.dtype} {shape_label(tuple(record.shape))}"
+        where = f"{record.dtype} {shape_label(record_shape(record))}"
         named = [("", m) for m in record.measurements]
         named += [(f"{role} baseline ", getattr(record, f"{role}_baseline")) for role in ("default", "vendor")
                   if record.HasField(f"{role}_baseline")]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aot_tune import cache as cache_io
+from aot_tune.cache import record_shape
 from aot_tune.codegen import entries_missing_from_cache, is_generated, render_module
 from aot_tune.fingerprint import SourceIndex, measured_dependencies
 from aot_tune.manifest import KernelSpec, Manifest
@@ -125,7 +126,7 @@ def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str,
     first = records[0].device
     coverage = Coverage(spec.name, first.key)
     shapes = spec.shapes_for(first.backend)
-    by_key = {(r.dtype, tuple(r.shape)): r for r in records}
+    by_key = {(r.dtype, record_shape(r)): r for r in records}
     for shape in shapes:
         for dtype in spec.dtypes:
             label = f"{dtype} {shape_label(shape)}"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aot_tune.bench.engine.check import TOLERANCE, check_result
+from aot_tune.bench.engine.check import check_result
+from aot_tune.dtypes import TOLERANCE
 from aot_tune.runtime.decorator import TunedKernel
 from aot_tune.runtime.devices import INTERPRETER
 from aot_tune.build.loading import resolve
