@@ -314,8 +314,9 @@ def _coverage_grid(spec: KernelSpec, backend: str, coverage: Coverage | None) ->
         for entry in entries:
             dtype, _, rest = entry.partition(" ")
             status[(dtype, rest.split(" ")[0])] = what
-    return [[shape_label(s), *(status.get((d, shape_label(s)), "missing") for d in spec.dtypes)]
-            for s in spec.shapes_for(backend)]
+    measured = spec.dtypes_for(backend)  # the interpreter compiles fp8 and bfloat16 only
+    return [[shape_label(s), *(status.get((d, shape_label(s)), "missing") if d in measured else "GPU only"
+                               for d in spec.dtypes)] for s in spec.shapes_for(backend)]
 
 
 def _compile_time(work_dir: Path, kernel: str) -> CompileTime | None:
