@@ -73,7 +73,10 @@ def _environment():
     return env
 
 
-def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifest_name: str) -> str:
+def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifest_name: str,
+                  combos: dict[str, tuple[tuple[str, str], ...]] | None = None) -> str:
+    """The module's text; ``combos`` (the manifest's dtype combinations by name) lets a launch
+    recognise a combination from its tensors' dtypes (aot_tune.runtime.lookup.combo_of)."""
     devices = {}
     for record in cache.records:
         if record.kernel != kernel or not record.HasField("best"):
@@ -93,6 +96,7 @@ def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifes
     return _environment().get_template("generated_module.py.j2").render(
         version=__version__, manifest=manifest_name, kernel=kernel, key=tuple(key),
         inputs_digest=digest(fingerprints, tuple(key)), devices=[devices[k] for k in sorted(devices)],
+        combos=dict(sorted((combos or {}).items())),
     )
 
 

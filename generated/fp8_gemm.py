@@ -9,6 +9,9 @@ Plain data: importing this module imports neither torch nor triton.
 KERNEL = 'fp8_gemm'
 KEY = ('M', 'N', 'K', 'per_row')
 
+# dtype combination -> ((launch argument, dtype), ...), in argument order
+COMBOS = {'fp8_w8a8': (('a', 'float8_e4m3fn'), ('b', 'float8_e4m3fn'), ('out', 'bfloat16'))}
+
 # device key -> what the table was measured on
 DEVICES = {
 }

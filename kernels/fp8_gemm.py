@@ -6,8 +6,8 @@ B, its row-wise mode). B is given as ``b`` of shape (K, N) whose transpose is co
 (K-major, what fp8 ``wgmma`` and cuBLASLt both want), as ``torch._scaled_mm`` takes it.
 Programs use grouped ordering as ``kernels/gemm.py``. Key dims: ``M``, ``N``, ``K`` and
 ``per_row`` (a bool: the scale granularity, so per-row and per-tensor launches keep separate
-entries). The dtype key is the combination ``fp8_w8a8`` (``a``, ``b`` float8_e4m3fn, ``out``
-bfloat16).
+entries). The dtype key is the combination the tensors make, ``fp8_w8a8`` in tuning.yaml
+(``a``, ``b`` float8_e4m3fn, ``out`` bfloat16).
 """
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ import triton.language as tl
 
 from aot_tune.runtime import TunedTable
 
-#: The dtype combination's name in tuning.yaml and in the table's key.
-COMBO = "fp8_w8a8"
 #: Largest finite float8_e4m3fn value: inputs are quantized to fill its range.
 E4M3_MAX = 448.0
 _TABLE = TunedTable(
@@ -115,11 +113,11 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     per_row = scale_a.numel() != 1 or scale_b.numel() != 1
     if per_row and (scale_a.numel() != M or scale_b.numel() != N):
         raise ValueError(f"fp8_gemm: row-wise scales must have M={M} and N={N} values")
-    if config is None:
-        config = _TABLE.lookup(COMBO, M=M, N=N, K=K, per_row=per_row)
     c = torch.empty((M, N), dtype=torch.bfloat16, device=a.device) if out is None else out
     if c.shape != (M, N):
         raise ValueError(f"fp8_gemm: out has shape {tuple(c.shape)}, not ({M}, {N})")
+    if config is None:  # keyed by the combination a, b and out make (fp8_w8a8 in tuning.yaml)
+        config = _TABLE.lookup(_TABLE.dtype_of(a.dtype, b.dtype, c.dtype), M=M, N=N, K=K, per_row=per_row)
     grid = (triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"]),)
     fp8_gemm_kernel[grid](
         a, b, c, scale_a, scale_b, M, N, K,

@@ -121,6 +121,11 @@ class KernelSpec:
         return combo.args if combo else ()
 
     @property
+    def combo_table(self) -> dict[str, tuple[tuple[str, str], ...]]:
+        """The combinations as generated modules hold them: name -> ((argument, dtype), ...)."""
+        return {c.name: c.args for c in self.dtype_combos}
+
+    @property
     def combo_pairs(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
         """The combinations as requests to workers carry them (aot_tune.build.loading.Combos)."""
         return tuple((c.name, c.args) for c in self.dtype_combos)

@@ -364,7 +364,8 @@ class TuneSession:
             return True
 
     def _render(self, kp: KernelPlan) -> str:
-        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)
+        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name,
+                             kp.spec.combo_table)
 
     # -- summary ---------------------------------------------------------------------------
     def run_record(self, started: float, ended: float, ok: bool) -> RunRecord | None:

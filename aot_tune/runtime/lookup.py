@@ -92,6 +92,17 @@ def key_value(value: Any) -> int | bool | str:
     return int(value)
 
 
+def combo_of(combos: Mapping[str, tuple[tuple[str, str], ...]], dtypes: tuple[str, ...]) -> str | None:
+    """The dtype combination a launch's tensors make: the one whose dtypes, in argument order,
+    begin the launch's tensor dtypes (the longest when several do); None if none."""
+    best, size = None, 0
+    for name, args in combos.items():
+        want = tuple(dtype for _, dtype in args)
+        if len(want) > size and dtypes[:len(want)] == want:
+            best, size = name, len(want)
+    return best
+
+
 # --------------------------------------------------------------------------- device keys
 
 _device_keys: dict[int, str] = {}
@@ -164,6 +175,17 @@ class TunedTable:
         self._chosen: dict[tuple, dict | None] = {}
         self._warned: set[tuple] = set()
         self._lock = threading.Lock()
+
+    def combos(self) -> Mapping[str, tuple[tuple[str, str], ...]]:
+        """The dtype combinations the generated module declares (empty without one)."""
+        module = self._load()
+        return getattr(module, "COMBOS", {}) if module else {}
+
+    def dtype_of(self, *dtypes: Any) -> str:
+        """The table's dtype key for a launch whose tensors have these dtypes, in argument order:
+        a combination they make (``fp8_w8a8``), else the first one's name."""
+        names = tuple(dtype_name(d) for d in dtypes)
+        return combo_of(self.combos(), names) or names[0]
 
     def lookup(self, dtype: Any, **key: int) -> dict:
         config = self.choose(current_device_key(), dtype, key)
