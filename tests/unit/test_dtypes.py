@@ -192,3 +192,44 @@ def test_the_interpreter_note_is_one_line_per_run():
             "print(build_plan(m, INTERPRETER_DEVICE, m.kernels).compile_only_note())")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.count("\n") == 1 and "fp8_gemm fp8_w8a8" in out and "rmsnorm bfloat16" in out
+
+
+def test_the_decorator_keys_a_launch_by_the_combination_its_tensors_make(tmp_path, monkeypatch):
+    """A generated module with COMBOS: fp16 x with int8 w is w8a16, int8 with int8 is int8, and
+    each launch runs its own entry (under the interpreter)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    import aot_tune
+    from aot_tune.codegen import render_module
+
+    cache = TuningCache()
+    for dtype, block in (("w8a16", 32), ("int8", 64)):
+        record = _record((300,))
+        record.dtype, record.device.name = dtype, "Triton interpreter (CPU)"
+        record.key_names[:] = ["n"]
+        cache_io.config_to_proto("c", {"BLOCK": block, "num_warps": 1}, record.best)
+        cache.records.append(record)
+    combos = {"w8a16": (("x", "float16"), ("w", "int8"))}
+    (tmp_path / "combo_tables.py").write_text(render_module("act_add", ("n",), cache, "tuning.yaml", combos))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    @triton.jit
+    def add(x_ptr, w_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        s = tl.load(x_ptr + offs, mask=mask).to(tl.float32) + tl.load(w_ptr + offs, mask=mask).to(tl.float32)
+        tl.store(out_ptr + offs, s.to(out_ptr.dtype.element_ty), mask=mask)
+
+    kernel = aot_tune.autotune(configs=[triton.Config({"BLOCK": 16}, num_warps=1)], key=["n"], table="act_add",
+                               module="combo_tables")(add)
+    try:
+        for x_dtype, block in ((torch.float16, 32), (torch.int8, 64)):
+            x, w = torch.ones(300, dtype=x_dtype), torch.full((300,), 2, dtype=torch.int8)
+            out = torch.empty_like(x)
+            assert kernel.config_for(x, w, out, 300)["BLOCK"] == block
+            kernel[lambda meta: (triton.cdiv(300, meta["BLOCK"]),)](x, w, out, 300)
+            assert (out == 3).all()
+    finally:
+        sys.modules.pop("combo_tables", None)
