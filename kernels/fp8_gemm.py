@@ -31,8 +31,8 @@ _TABLE = TunedTable(
 def fp8_gemm_kernel(
     a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    PER_ROW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    PER_ROW: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     """One program computes one BLOCK_M x BLOCK_N tile of C over a 1-D grid."""
     pid = tl.program_id(0)
@@ -46,7 +46,7 @@ def fp8_gemm_kernel(
     tile_n = local // rows_in_group
 
     # Rows and columns past the edge wrap around (their results are masked at the store), so
-    # only the K tail needs a load mask and full tiles load unmasked.
+    # only a K tail needs a load mask.
     offs_m = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
@@ -55,9 +55,13 @@ def fp8_gemm_kernel(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, tl.cdiv(K, BLOCK_K)):
-        k_ok = offs_k < K - k0 * BLOCK_K
-        a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+        if EVEN_K:  # K a multiple of BLOCK_K (every LLM shape): no masks in the main loop
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_ok = offs_k < K - k0 * BLOCK_K
+            a = tl.load(a_ptrs, mask=k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -122,6 +126,6 @@ def fp8_gemm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: t
     fp8_gemm_kernel[grid](
         a, b, c, scale_a, scale_b, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        PER_ROW=per_row, **config,
+        PER_ROW=per_row, EVEN_K=K % config["BLOCK_K"] == 0, **config,
     )
     return c
