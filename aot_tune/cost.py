@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from aot_tune.dtypes import DtypeCombo, element_bytes
+from aot_tune.dtypes import DtypeCombo, element_bytes, members
 from aot_tune.runtime.devices import DevicePeak
 from aot_tune.space import Constraint
 
@@ -35,6 +35,11 @@ class Cost:
     flops: Constraint | None = None
     bytes: Constraint | None = None
     combos: tuple[DtypeCombo, ...] = ()  # the manifest's, for a combination's dtype_bytes
+
+    def peak_dtype(self, dtype: str) -> str:
+        """The dtype whose datasheet peak judges ``dtype``: a combination's first argument's (the
+        fp8 of fp8_w8a8, the float16 activations of a w8a16 GEMM)."""
+        return members(dtype, {c.name: c for c in self.combos})[0]
 
     def work(self, shape: Mapping[str, int], dtype: str) -> Work:
         env = {**shape, "dtype_bytes": element_bytes(dtype, {c.name: c for c in self.combos})}

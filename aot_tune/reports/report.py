@@ -244,6 +244,7 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) 
     gpu = record.device.backend == "cuda"
     work = spec.cost.work(dict(zip(record.key_names, record_shape(record))), record.dtype) if spec.cost and gpu else None
     label = shape_label(record_shape(record))
+    compute_dtype = spec.cost.peak_dtype(record.dtype) if spec.cost else record.dtype
 
     def timed(m: Measurement | None, missing: str) -> Timed:
         if m is None:
@@ -251,7 +252,7 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) 
         config = Config.from_dict(cache_io.config_from_proto(m.config)).label() or m.config.id
         if m.status != "ok" or m.median_ms <= 0:
             return Timed(None, f"{m.status}: {_short(m.reason)}" if m.reason else m.status)
-        return Timed(m.median_ms, config, rate(work, m.median_ms, peak, record.dtype) if work else None)
+        return Timed(m.median_ms, config, rate(work, m.median_ms, peak, compute_dtype) if work else None)
 
     best = next((m for m in record.measurements if record.HasField("best") and m.config.id == record.best.id), None)
     stale = "not measured: the record predates the baselines; fix: run `doit tune` on this device"
@@ -261,7 +262,7 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) 
         dtype=record.dtype, shape=label, tuned=timed(best, "no config passed"),
         default=timed(record.default_baseline if record.HasField("default_baseline") else None, default_missing),
         vendor=timed(record.vendor_baseline if record.HasField("vendor_baseline") else None, vendor_missing),
-        floor_ms=floor_ms(work, peak, record.dtype) if work else None,
+        floor_ms=floor_ms(work, peak, compute_dtype) if work else None,
     )
 
 

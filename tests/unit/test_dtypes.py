@@ -84,8 +84,14 @@ def test_torch_dtype_names_aliases_and_combinations(tmp_path):
     assert spec.tolerance_for("float16") == TOLERANCE["float16"] < spec.tolerance_for("float8_e5m2")
     assert spec.tolerance_for("w8a16") == TOLERANCE["float16"]
     assert (spec.tolerance_for("int8"), spec.tolerance_for("fp8_in"), spec.tolerance_for("uint8")) == (0.5, 0.05, 0)
-    # dtype_bytes of a combination is its first argument's
+    # dtype_bytes of a combination is its first argument's, and so is the datasheet peak judging it
     assert spec.cost.work({"n": 100, "activation": "none", "negate": True}, "fp8_in").bytes == 300
+    assert (spec.cost.peak_dtype("fp8_in"), spec.cost.peak_dtype("w8a16"), spec.cost.peak_dtype("int8")) == \
+        ("float8_e4m3fn", "float16", "int8")
+    from aot_tune.runtime.devices import device_peak
+    hopper, ampere = device_peak("NVIDIA H100 80GB HBM3"), device_peak("NVIDIA A100-SXM4-80GB")
+    assert hopper.matrix_tflops["float8_e4m3fn"] == 2 * hopper.matrix_tflops["float16"]
+    assert "float8_e4m3fn" not in ampere.matrix_tflops and ampere.matrix_tflops["int8"] == 624
     assert spec.default_config.resolve(spec.shape_dict((300, "relu", False))).as_dict()["BLOCK"] == 128
 
 

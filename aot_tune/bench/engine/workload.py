@@ -131,4 +131,6 @@ def _tensor_bytes(inputs: tuple) -> int:
 
 def _all_zero(inputs: tuple) -> bool:
     tensors = [x for x in inputs if hasattr(x, "element_size") and x.numel() > 0]
-    return bool(tensors) and all(not x.any().item() for x in tensors)
+    # fp8 tensors are widened first: not every device implements any() for them
+    return bool(tensors) and all(not (x.float() if x.is_floating_point() and x.element_size() == 1 else x).any().item()
+                                 for x in tensors)
