@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from google.protobuf import text_format
 
-from aot_tune.cost import DTYPE_BYTES
+from aot_tune.dtypes import DTYPE_BYTES
 from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
-from aot_tune.tuning_schema import Measurement, TuningCache, TuningRecord
+from aot_tune.space import KEY_LABEL
+from aot_tune.tuning_schema import Measurement, TransferSource, TuningCache, TuningRecord
 
 if TYPE_CHECKING:
     from aot_tune.manifest import KernelSpec
@@ -43,7 +44,27 @@ def is_text(path: str | os.PathLike) -> bool:
 
 def record_identity(record: TuningRecord) -> tuple:
     """What one record answers: the best config of a kernel for a key on a device."""
-    return (record.kernel, record.device.key, record.dtype, tuple(record.shape))
+    return (record.kernel, record.device.key, record.dtype, record_shape(record))
+
+
+_KEY_FIELDS = {bool: "bool_value", int: "int_value", str: "string_value"}
+
+
+def record_shape(record: "TuningRecord | TransferSource") -> tuple:
+    """The key values of a record (or a transfer source): ``shape`` when all are integers, else
+    ``key_values`` (bools and strings), so caches written before non-integer key dims read as they were."""
+    if record.key_values:
+        return tuple(getattr(v, v.WhichOneof("value") or "int_value") for v in record.key_values)
+    return tuple(record.shape)
+
+
+def set_record_shape(record: "TuningRecord | TransferSource", shape: Sequence) -> None:
+    """Store key values where :func:`record_shape` reads them."""
+    if all(type(v) is int for v in shape):
+        record.shape.extend(shape)
+        return
+    for value in shape:
+        setattr(record.key_values.add(), _KEY_FIELDS[type(value)], value)
 
 
 def read_cache(path: str | os.PathLike, spec: "KernelSpec | None" = None) -> TuningCache:
@@ -88,7 +109,7 @@ def printable(text: str) -> str:
 
 def describe_record(record: TuningRecord) -> str:
     """``gemm h200 float16 256x4096x4096``, printable whatever the record holds."""
-    shape = "x".join(str(v) for v in record.shape)
+    shape = "x".join(str(v) for v in record_shape(record))
     return " ".join(printable(part)[:64] for part in (record.kernel, record.device.key, record.dtype, shape))
 
 
@@ -113,6 +134,13 @@ def check_records(records: Iterable[TuningRecord], path: str | os.PathLike, spec
                             f"file from git, or regenerate it on the machine that measured it")
 
 
+def _key_value_ok(value: object) -> bool:
+    """A size >= 1, a bool, or a string the manifest accepts as a key value."""
+    if isinstance(value, str):
+        return bool(KEY_LABEL.fullmatch(value))
+    return isinstance(value, bool) or value >= 1
+
+
 class _RecordCheck:
     """The checks of ``record_defect``, with what they derive from the manifest computed once:
     a cache is read on every run, and a GEMM record holds thousands of configs."""
@@ -134,10 +162,12 @@ class _RecordCheck:
             return f"kernel name {record.kernel!r} is not a lower-case identifier of at most 64 characters"
         if any(not _IDENTIFIER.fullmatch(name) for name in record.key_names):
             return f"key dims {list(record.key_names)!r} are not identifiers"
-        if len(record.shape) != len(record.key_names) or any(v < 1 for v in record.shape):
-            return f"shape {list(record.shape)} does not fit the key dims {list(record.key_names)}"
-        if record.dtype not in DTYPE_NAMES:
-            return f"unknown dtype {record.dtype!r} (known: {', '.join(DTYPE_NAMES)})"
+        shape = record_shape(record)
+        if record.shape and record.key_values or len(shape) != len(record.key_names) \
+                or any(not _key_value_ok(v) for v in shape):
+            return f"shape {list(shape)} does not fit the key dims {list(record.key_names)}"
+        if record.dtype not in DTYPE_NAMES and not _IDENTIFIER.fullmatch(record.dtype):
+            return f"unknown dtype {record.dtype!r} (known: {', '.join(DTYPE_NAMES)}, or a combination's name)"
         device = record.device
         if device.backend not in BACKENDS:
             return f"unknown backend {device.backend!r} (known: {', '.join(BACKENDS)})"

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from aot_tune import __version__
-from aot_tune.cache import config_from_proto, describe_record, printable
+from aot_tune.cache import config_from_proto, describe_record, printable, record_shape
 from aot_tune.errors import TuneError
 from aot_tune.fingerprint import digest
 from aot_tune.tuning_schema import TuningCache
@@ -73,7 +73,10 @@ def _environment():
     return env
 
 
-def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifest_name: str) -> str:
+def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifest_name: str,
+                  combos: dict[str, tuple[tuple[str, str], ...]] | None = None) -> str:
+    """The module's text; ``combos`` (the manifest's dtype combinations by name) lets a launch
+    recognise a combination from its tensors' dtypes (aot_tune.runtime.lookup.combo_of)."""
     devices = {}
     for record in cache.records:
         if record.kernel != kernel or not record.HasField("best"):
@@ -86,13 +89,14 @@ def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifes
             "compute_capability": record.device.compute_capability, "backend": record.device.backend,
             "toolchain": f"triton {record.toolchain.triton}, torch {record.toolchain.torch}", "entries": [],
         })
-        device["entries"].append({"key": (*record.shape, record.dtype), "config": config_from_proto(record.best)})
+        device["entries"].append({"key": (*record_shape(record), record.dtype), "config": config_from_proto(record.best)})
     for device in devices.values():
         device["entries"].sort(key=lambda e: (e["key"][-1], e["key"][:-1]))
     fingerprints = sorted(r.fingerprint for r in cache.records if r.kernel == kernel)
     return _environment().get_template("generated_module.py.j2").render(
         version=__version__, manifest=manifest_name, kernel=kernel, key=tuple(key),
         inputs_digest=digest(fingerprints, tuple(key)), devices=[devices[k] for k in sorted(devices)],
+        combos=dict(sorted((combos or {}).items())),
     )
 
 
@@ -169,7 +173,7 @@ def entries_missing_from_cache(path: Path, cache: TuningCache, kernel: str) -> d
     tables = module_tables(path)
     if not tables:
         return {}
-    tuned = {(r.device.key, (*r.shape, r.dtype)) for r in cache.records if r.kernel == kernel and r.HasField("best")}
+    tuned = {(r.device.key, (*record_shape(r), r.dtype)) for r in cache.records if r.kernel == kernel and r.HasField("best")}
     missing: dict[str, int] = {}
     for device, table in tables.items():
         if not isinstance(table, dict):

@@ -15,11 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+from aot_tune.dtypes import DtypeCombo, element_bytes, members
 from aot_tune.runtime.devices import DevicePeak
 from aot_tune.space import Constraint
 
-#: Bytes per element of each manifest dtype (the ``dtype_bytes`` of cost expressions).
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 COST_NAMES = ("flops", "bytes")
 
 
@@ -35,9 +34,15 @@ class Cost:
 
     flops: Constraint | None = None
     bytes: Constraint | None = None
+    combos: tuple[DtypeCombo, ...] = ()  # the manifest's, for a combination's dtype_bytes
+
+    def peak_dtype(self, dtype: str) -> str:
+        """The dtype whose datasheet peak judges ``dtype``: a combination's first argument's (the
+        fp8 of fp8_w8a8, the float16 activations of a w8a16 GEMM)."""
+        return members(dtype, {c.name: c for c in self.combos})[0]
 
     def work(self, shape: Mapping[str, int], dtype: str) -> Work:
-        env = {**shape, "dtype_bytes": DTYPE_BYTES[dtype]}
+        env = {**shape, "dtype_bytes": element_bytes(dtype, {c.name: c for c in self.combos})}
         return Work(*(float(e.evaluate(env)) if e is not None else None for e in (self.flops, self.bytes)))
 
 

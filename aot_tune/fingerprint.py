@@ -25,7 +25,7 @@ import functools
 import hashlib
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -348,9 +348,14 @@ def bench_fingerprint(spec: "KernelSpec", code: str, shape: tuple[int, ...], dty
 
     toolchain = {"triton": on.triton, "torch": on.torch, **PINNED_ENV}
     strategy = () if spec.search.exhaustive else (spec.search.canonical(),)
+    # A combination's argument dtypes and a tolerance the manifest sets (neither existed before,
+    # so older records keep their fingerprints).
+    overrides = dict(spec.tolerance)
+    dtype_parts = ((spec.combo_args(dtype),) if spec.combo_args(dtype) else ()) + \
+        ((("tolerance", overrides[dtype]),) if dtype in overrides else ())
     return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
                   spec.bench.measured_fields(), toolchain, on.key, on.name, on.compute_capability, on.backend,
-                  spec.reference, spec.inputs, *strategy, *_check_config(spec, shape))
+                  spec.reference, spec.inputs, *strategy, *dtype_parts, *_check_config(spec, shape))
 
 
 def _check_config(spec: "KernelSpec", shape: tuple[int, ...]) -> tuple:

@@ -17,6 +17,7 @@ import itertools
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,6 +33,8 @@ MAX_SPACE_COMBINATIONS = 200_000
 
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 """Triton launch options; every other space parameter is a kernel constexpr."""
+#: A string value of a key dim (``activation: gelu``): part of task and file names.
+KEY_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 # --------------------------------------------------------------------------- #

@@ -38,6 +38,9 @@ class BenchRequest:
     kernel_hashes: tuple[str, ...] = ()
     #: Without a reference: the config (params) whose output every config's is checked against.
     check_config: tuple[tuple[str, object], ...] | None = None
+    #: The manifest's dtype combinations (``dtype`` may name one) and the correctness tolerance.
+    combos: tuple = ()
+    tolerance: float | None = None  # None: the dtype's default (aot_tune.dtypes.TOLERANCE)
 
 
 @dataclass

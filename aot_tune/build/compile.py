@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal, TypeVar, get_args
 
 from aot_tune import triton_compat
-from aot_tune.build.loading import load_kernel_module_attrs
+from aot_tune.build.loading import Combos, input_dtype, load_kernel_module_attrs
 from aot_tune.runtime.forcing import launch_with_config
 from aot_tune.space import Constraint
 
@@ -69,6 +69,7 @@ class CompileRequest:
     target: str
     shapes: tuple[dict, ...]
     dtypes: tuple[str, ...]
+    combos: Combos = ()  # the manifest's dtype combinations the dtypes may name
 
 
 @dataclass
@@ -169,7 +170,7 @@ def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
                 triton_compat.compile_instead_of_launch(kernel_fn) as captured:
             for shape in request.shapes:
                 for dtype in request.dtypes:
-                    inputs = make_inputs(dict(shape), getattr(torch, dtype), "meta")
+                    inputs = make_inputs(dict(shape), input_dtype(dtype, request.combos), "meta")
                     launch_with_config(launch, inputs, request.config, kernel=request.kernel, hooks=False)
     except Exception as exc:  # a kernel fault is a result, not a crash of the pipeline
         reason = triton_compat.compile_error_kind(exc)

@@ -27,3 +27,16 @@ def resolve(root: str, ref: str) -> Any:
 
 def load_kernel_module_attrs(root: str, refs: Sequence[str]) -> list[Any]:
     return [resolve(root, ref) for ref in refs]
+
+
+#: A manifest's dtype combinations as requests carry them: ((name, ((argument, dtype), ...)), ...).
+Combos = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+
+def input_dtype(dtype: str, combos: Combos) -> Any:
+    """What an input builder gets as ``dtype``: the torch dtype, or for a combination a dict of
+    launch argument -> torch dtype (e.g. ``{"a": torch.float8_e4m3fn, ..., "out": torch.bfloat16}``)."""
+    import torch
+
+    args = dict(combos).get(dtype)
+    return {arg: getattr(torch, name) for arg, name in args} if args else getattr(torch, dtype)

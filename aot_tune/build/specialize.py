@@ -19,7 +19,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from aot_tune.build.loading import Combos, input_dtype
 from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
 from aot_tune.fingerprint import digest
@@ -45,6 +47,7 @@ class SpecializeRequest:
     target: str
     launches: tuple[tuple[tuple[int, ...], dict, str, tuple[tuple[str, dict], ...]], ...]
     # each: (shape, shape as a dict, dtype, ((config id, config), ...))
+    combos: Combos = ()  # the manifest's dtype combinations the launches' dtypes may name
 
 
 @dataclass
@@ -80,7 +83,7 @@ def capture(request: SpecializeRequest) -> SpecializeResult:
     start = time.perf_counter()
     with triton_compat.target_driver(triton_compat.parse_target(request.target), capture=True):
         for shape, shape_dict, dtype, configs in request.launches:
-            inputs = _meta_inputs(request, make_inputs, shape_dict, getattr(torch, dtype))
+            inputs = _meta_inputs(request, make_inputs, shape_dict, input_dtype(dtype, request.combos))
             specs = result.by_launch.setdefault(launch_key(shape, dtype), {})
             for config_id, config in configs:
                 result.launches += 1
@@ -112,7 +115,7 @@ def _meta_inputs(request: SpecializeRequest, make_inputs, shape: dict, dtype) ->
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         hint = " (it reads tensor data: build inputs from the shape alone)" if "meta" in reason else ""
         raise TuneError(f"{request.kernel}: the input builder {request.inputs_ref} failed for shape {shape} "
-                        f"{str(dtype).removeprefix('torch.')} on meta tensors{hint}: {reason}; fix: make it build "
+                        f"{_dtype_text(dtype)} on meta tensors{hint}: {reason}; fix: make it build "
                         f"tensors of every declared shape from the shape dict (keys: the manifest's key dims)") from None
 
 
@@ -172,3 +175,9 @@ def _group(specs: dict[str, str]) -> dict[str, list[str]]:
     for config_id, spec_id in sorted(specs.items()):
         grouped.setdefault(spec_id, []).append(config_id)
     return grouped
+
+
+def _dtype_text(dtype: Any) -> str:
+    if isinstance(dtype, dict):
+        return "{" + ", ".join(f"{arg}: {str(d).removeprefix('torch.')}" for arg, d in dtype.items()) + "}"
+    return str(dtype).removeprefix("torch.")

@@ -141,6 +141,8 @@ class ManifestLoader(TaskLoader2):
         self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster),
                                    staleness)
         if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
+            if plan.compile_only_note():
+                eprint(f"aot_tune: {plan.compile_only_note()}")
             try:
                 self.session.specialize()
             except TuneError as err:

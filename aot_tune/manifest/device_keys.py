@@ -13,7 +13,7 @@ from typing import Any
 
 from aot_tune.manifest.checks import _Ctx, _describe, _list
 from aot_tune.manifest.records import Defaults
-from aot_tune.runtime.devices import INTERPRETER, KNOWN_KEYS, device_key
+from aot_tune.runtime.devices import KNOWN_KEYS, device_key
 
 #: How close (difflib ratio) an unlisted slug may come to a listed key before it counts as a typo
 #: of it: ``h10-sxm`` (0.93) and ``interpeter`` (0.95) are typos, ``a10`` (0.86, NVIDIA A10) is not.

@@ -5,10 +5,12 @@ bad one fails at load and not in the middle of a run.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from typing import Any
 
-from aot_tune.cost import COST_NAMES, DTYPE_BYTES, Cost
+from aot_tune.cost import COST_NAMES, Cost
+from aot_tune.dtypes import DtypeCombo, element_bytes
 from aot_tune.manifest.checks import _Ctx, _describe, _is_number, _mapping
 from aot_tune.manifest.space_rules import _check_value
 from aot_tune.manifest.yaml_lines import _Map
@@ -62,7 +64,8 @@ def _default_config(
 
 
 def _cost(
-    ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]
+    ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...],
+    combos: tuple[DtypeCombo, ...] = (),
 ) -> Cost:
     ckey, line = f"{key}.cost", m.value_lines["cost"]
     cm = _mapping(ctx, m["cost"], ckey, line, allowed=COST_NAMES)
@@ -79,12 +82,13 @@ def _cost(
         parts[name] = _expression(ctx, v, (*dims, "dtype_bytes"), sub, vline)
         for shape in shapes:
             for dtype in dtypes:
-                env = {**dict(zip(dims, shape, strict=True)), "dtype_bytes": DTYPE_BYTES[dtype]}
+                env = {**dict(zip(dims, shape, strict=True)),
+                       "dtype_bytes": element_bytes(dtype, {c.name: c for c in combos})}
                 result = _evaluate(ctx, parts[name], env, sub, vline)
                 if not _is_number(result) or result < 0:
                     ctx.fail(vline, sub, f"{v!r} gives {_describe(result)} for {env}",
                              "make it a non-negative number of " + name)
-    return Cost(**parts)
+    return Cost(**parts, combos=combos)
 
 
 def _compile_cost(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace) -> Constraint:
@@ -103,3 +107,27 @@ def _compile_cost(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace) -> Constrain
             ctx.fail(line, ckey, f"{v!r} gives {_describe(result)} for {config.as_dict()}",
                      "make it a non-negative number (a relative compile time)")
     return expression
+
+
+def _check_flag_use(ctx: _Ctx, expression: Constraint, kinds: dict[str, str], key: str, line: int) -> None:
+    """A bool or string key dim may only be compared with == or != (a bool may also be a
+    condition: ``not causal``, ``x if causal else y``); in arithmetic or an ordering it would
+    silently compute nonsense (``'gelu' * 2``, ``True + 1``), so it is one line here."""
+    tree = ast.parse(expression.text, mode="eval")
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(tree):
+        kind = kinds.get(node.id) if isinstance(node, ast.Name) else None
+        if kind not in ("bool", "str") or isinstance(parents.get(id(node)), ast.Call) and \
+                parents[id(node)].func is node:
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.Compare) and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in parent.ops):
+            continue
+        if kind == "bool" and (isinstance(parent, (ast.BoolOp, ast.Expression)) or
+                               isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not) or
+                               isinstance(parent, ast.IfExp) and parent.test is node):
+            continue
+        what = "true/false" if kind == "bool" else "a name"
+        example = f"{node.id}" if kind == "bool" else f"{node.id} == 'gelu'"
+        ctx.fail(line, key, f"key dim {node.id!r} is {what}, not a number, in {expression.text!r}",
+                 f"compare it with == or != (e.g. 'x if {example} else y'), or make {node.id} a size")

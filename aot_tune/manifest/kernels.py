@@ -11,6 +11,7 @@ documented once, in docs/reference/tuning-yaml.md.
 
 from __future__ import annotations
 
+import ast
 import keyword
 import os
 import re
@@ -20,12 +21,13 @@ from typing import Any
 import yaml
 
 from aot_tune.manifest.config_list import _config_list
-from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _is_int, _list, _mapping
-from aot_tune.manifest.expressions import _compile_cost, _cost, _default_config
-from aot_tune.space import ConfigSpace, ConstraintError
+from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _is_int, _list, _mapping
+from aot_tune.cost import COST_NAMES
+from aot_tune.manifest.expressions import _check_flag_use, _compile_cost, _cost, _default_config
+from aot_tune.space import ConfigSpace, Constraint, ConstraintError
 from aot_tune.manifest.output_paths import _check_outputs_distinct, _check_outputs_inside
 from aot_tune.manifest.records import Defaults, KernelSpec, Manifest
-from aot_tune.manifest.shapes import _shapes
+from aot_tune.manifest.shapes import _check_kinds, _shapes
 from aot_tune.manifest.shared_keys import _defaults, _shared
 from aot_tune.manifest.space_rules import _space
 from aot_tune.manifest.yaml_lines import MAX_YAML_NODES, expanded_size, _LineLoader, _Map
@@ -110,7 +112,7 @@ def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
 _KERNEL_KEYS = (
     "kernel", "launch", "inputs", "reference", "key", "space", "configs", "constraints",
     "shapes", "interpreter_shapes", "dtypes", "bench", "search", "targets", "cache", "generated",
-    "default_config", "vendor", "cost", "compile_cost", "devices",
+    "default_config", "vendor", "cost", "compile_cost", "devices", "dtype_combos", "tolerance",
 )  # fmt: skip
 _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "key", "shapes")
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -152,10 +154,22 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
         )
     s = _shared(ctx, m, key, base)
     every_shape = tuple(dict.fromkeys(shapes + interp))
+    kinds = _check_kinds(ctx, m.value_lines["shapes"], f"{key}.shapes", dims, every_shape)
+    for i, c in enumerate(space.constraints):
+        _check_flag_use(ctx, c, kinds, f"{key}.constraints[{i}]", c.line or m.key_lines.get("constraints", line))
     _check_every_shape_has_configs(ctx, m, key, space, dims, every_shape)
     default = _default_config(ctx, m, key, space, dims, every_shape) if "default_config" in m else None
+    for param, value in default.values if default else ():
+        if isinstance(value, Constraint):
+            _check_flag_use(ctx, value, kinds, f"{key}.default_config.{param}", value.line)
     vendor = _module_attr(ctx, m["vendor"], f"{key}.vendor", m.value_lines["vendor"]) if "vendor" in m else None
-    cost = _cost(ctx, m, key, dims, every_shape, s.dtypes) if "cost" in m else None
+    used_combos = tuple(c for c in s.dtype_combos if c.name in s.dtypes)
+    _check_combo_args(ctx, refs["launch"], used_combos, root)
+    cost = _cost(ctx, m, key, dims, every_shape, s.dtypes, used_combos) if "cost" in m else None
+    for part_name in COST_NAMES:
+        part = getattr(cost, part_name, None)
+        if part is not None:
+            _check_flag_use(ctx, part, kinds, f"{key}.cost.{part_name}", part.line)
     compile_cost = _compile_cost(ctx, m, key, space) if "compile_cost" in m else None
     return KernelSpec(
         name=name, **refs, key=dims, space=space, shapes=shapes, interpreter_shapes=interp,
@@ -163,6 +177,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
         default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
         devices=s.devices,
+        dtype_combos=used_combos, tolerance=s.tolerance,
     )  # fmt: skip
 
 
@@ -201,6 +216,40 @@ def _check_every_shape_has_configs(ctx: _Ctx, m: _Map, key: str, space: ConfigSp
             ctx.fail(m.key_lines.get("constraints", m.key_lines["shapes"]), f"{key}.constraints",
                      f"no config of the space passes the constraints for the shape {shown}",
                      "relax the constraints for that shape, add values to the space, or drop the shape")
+
+
+def _check_combo_args(ctx: _Ctx, launch: str, combos: tuple, root: Path) -> None:
+    """Every argument a used combination names is a parameter of the launch function, read from
+    its source without importing it (a launch defined elsewhere, e.g. installed, is checked when
+    its inputs are built)."""
+    params = launch_params(root, launch)
+    if params is None:
+        return
+    for combo in combos:
+        for arg, _ in combo.args:
+            if arg not in params:
+                hint = _did_you_mean(arg, params)
+                ctx.fail(combo.line, f"{combo.where}.{arg}",
+                         f"combination {combo.name!r} names {arg!r}, which is not an argument of {launch} "
+                         f"(arguments: {', '.join(params)})", (hint + " " if hint else "") +
+                         "name the launch function's tensor arguments")
+
+
+def launch_params(root: Path, ref: str) -> tuple[str, ...] | None:
+    """The parameter names of ``module:function`` when the module is a file under ``root``."""
+    module, _, attr = ref.partition(":")
+    base = root.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+                a = node.args
+                return tuple(p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+        return None
+    return None
 
 
 def _check_kernel_name(ctx: _Ctx, name: str, key: str, line: int) -> None:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aot_tune import dtypes as dtype_facts
 from aot_tune.cost import Cost
+from aot_tune.dtypes import DtypeCombo
 from aot_tune.errors import TuneError
 from aot_tune.space import Config, ConfigSpace, Constraint, DefaultConfig
 
@@ -107,6 +109,36 @@ class KernelSpec:
     compile_cost: Constraint | None = None  # a config's relative compile time: orders the compile queue
     search: SearchSettings = SearchSettings()
     devices: tuple[str, ...] = ()  # device keys it ships tables for: `doit check` flags those without one
+    dtype_combos: tuple[DtypeCombo, ...] = ()  # the combinations the manifest declares (some may be unused)
+    tolerance: tuple[tuple[str, float], ...] = ()  # the manifest's overrides of dtype_facts.TOLERANCE
+
+    @property
+    def combos(self) -> dict[str, DtypeCombo]:
+        return {c.name: c for c in self.dtype_combos}
+
+    def combo_args(self, dtype: str) -> tuple[tuple[str, str], ...]:
+        """A combination's (argument, dtype) pairs; () for a plain dtype."""
+        combo = self.combos.get(dtype)
+        return combo.args if combo else ()
+
+    @property
+    def combo_table(self) -> dict[str, tuple[tuple[str, str], ...]]:
+        """The combinations as generated modules hold them: name -> ((argument, dtype), ...)."""
+        return {c.name: c.args for c in self.dtype_combos}
+
+    @property
+    def combo_pairs(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """The combinations as requests to workers carry them (aot_tune.build.loading.Combos)."""
+        return tuple((c.name, c.args) for c in self.dtype_combos)
+
+    def tolerance_for(self, dtype: str) -> float:
+        return dtype_facts.tolerance(dtype, self.combos, dict(self.tolerance))
+
+    def dtypes_for(self, backend: str) -> tuple[str, ...]:
+        """The dtypes a backend measures: the interpreter skips those it cannot compute (fp8, bfloat16)."""
+        if backend != "interpreter":
+            return self.dtypes
+        return tuple(d for d in self.dtypes if dtype_facts.interpreter_runs(d, self.combos))
 
     def shapes_for(self, backend: str) -> tuple[tuple[int, ...], ...]:
         """The shapes a backend tunes: the small ``interpreter_shapes`` on the CPU interpreter."""
@@ -168,3 +200,5 @@ class Defaults:
     generated: str = "generated/{kernel}.py"
     search: SearchSettings = SearchSettings()
     devices: tuple[str, ...] = ()
+    dtype_combos: tuple[DtypeCombo, ...] = ()
+    tolerance: tuple[tuple[str, float], ...] = ()

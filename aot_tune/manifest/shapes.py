@@ -1,5 +1,6 @@
 """A kernel's ``shapes`` and ``interpreter_shapes``: explicit shapes and grids, each naming
-exactly the key dims with sizes >= 1.
+exactly the key dims, with sizes >= 1, bools (``causal: true``) or short strings
+(``activation: gelu``); each dim keeps one kind across every shape.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _join, _list, _mapping, _positive_int
 from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.space import KEY_LABEL
 
 
 #: Most shapes one kernel may declare (each is a bench task per dtype and GPU model).
@@ -61,8 +63,7 @@ def _check_dims(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) 
 
 def _explicit(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> tuple[int, ...]:
     _check_dims(ctx, m, key, line, dims)
-    fix = "shape dims are sizes: use an integer >= 1"
-    return tuple(_size(ctx, m[d], f"{key}.{d}", m.value_lines[d], fix) for d in dims)
+    return tuple(_key_value(ctx, m[d], f"{key}.{d}", m.value_lines[d]) for d in dims)
 
 
 def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> list[tuple[int, ...]]:
@@ -89,8 +90,37 @@ def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> 
 
 def _grid_axis(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[int, ...]:
     seq = _list(ctx, value, key, line, "256, 512")
-    fix = "shape dims are sizes: use integers >= 1"
-    return tuple(_size(ctx, v, f"{key}[{i}]", seq.item_lines[i], fix) for i, v in enumerate(seq))
+    return tuple(_key_value(ctx, v, f"{key}[{i}]", seq.item_lines[i]) for i, v in enumerate(seq))
+
+
+def _key_value(ctx: _Ctx, value: Any, key: str, line: int) -> int | bool | str:
+    """A size, a bool, or a string that can name files (it is part of task and file names)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if not KEY_LABEL.fullmatch(value):
+            ctx.fail(line, key, f"key value {_describe(value)} is not a size, a bool or a short name",
+                     "use an integer >= 1, true/false, or a name of letters, digits, '_', '.' and '-' "
+                     "starting with a letter (at most 64)")
+        return value
+    return _size(ctx, value, key, line, "key values are sizes (integers >= 1), true/false, or names")
+
+
+def key_kind(value: Any) -> str:
+    """'bool', 'str' or 'int': what kind of key value this is."""
+    return "bool" if isinstance(value, bool) else "str" if isinstance(value, str) else "int"
+
+
+def _check_kinds(ctx: _Ctx, line: int, key: str, dims: tuple[str, ...], shapes: tuple[tuple, ...]) -> dict[str, str]:
+    """Each key dim's kind, the same in every shape (a dim mixing sizes and names is a mistake)."""
+    kinds: dict[str, str] = {}
+    for shape in shapes:
+        for dim, value in zip(dims, shape):
+            kind = key_kind(value)
+            if kinds.setdefault(dim, kind) != kind:
+                ctx.fail(line, key, f"key dim {dim!r} mixes kinds ({kinds[dim]} and {kind} {value!r})",
+                         f"give {dim} values of one kind: sizes, true/false, or names")
+    return kinds
 
 
 def _size(ctx: _Ctx, value: Any, key: str, line: int, fix: str) -> int:

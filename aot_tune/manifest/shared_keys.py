@@ -9,15 +9,18 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from aot_tune.manifest.checks import (_Ctx, _as_yaml, _describe, _did_you_mean, _is_int, _join, _leaf, _list,
-                                      _mapping, _positive_int, _positive_number)
+from aot_tune import dtypes
+from aot_tune.dtypes import DtypeCombo
+from aot_tune.manifest.checks import (_Ctx, _as_yaml, _describe, _did_you_mean, _is_ident, _is_int, _join, _leaf,
+                                      _list, _mapping, _positive_int, _positive_number)
 from aot_tune.manifest.device_keys import _devices
 from aot_tune.manifest.output_paths import _template
 from aot_tune.manifest.records import STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, SearchSettings
 from aot_tune.manifest.yaml_lines import _Map
 
 
-_SHARED_KEYS = ("dtypes", "targets", "bench", "search", "cache", "generated", "devices")
+#: dtype_combos first: dtypes and tolerance may name the combinations declared beside them.
+_SHARED_KEYS = ("dtype_combos", "dtypes", "tolerance", "targets", "bench", "search", "cache", "generated", "devices")
 
 
 def _defaults(ctx: _Ctx, top: _Map) -> Defaults:
@@ -37,33 +40,67 @@ def _shared(ctx: _Ctx, m: _Map, key: str, base: Defaults) -> Defaults:
             if k in ("cache", "generated"):
                 changes[k] = _template(ctx, m[k], sub, line, k)
             else:
-                changes[k] = _SHARED_PARSERS[k](ctx, m[k], sub, line, base)
+                changes[k] = _SHARED_PARSERS[k](ctx, m[k], sub, line, replace(base, **changes))
     return replace(base, **changes)
-
-
-_DTYPES = {
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float32": "float32", "fp32": "float32", "float": "float32",
-}  # fmt: skip
 
 
 def _dtypes(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[str, ...]:
     seq = _list(ctx, value, key, line, "float16")
+    combos = {c.name: c for c in base.dtype_combos}
     out = []
     for i, v in enumerate(seq):
-        name = _DTYPES.get(v.lower()) if isinstance(v, str) else None
-        if name is None:
-            hint = _did_you_mean(str(v).lower(), _DTYPES)
-            allowed = "float16, bfloat16, float32 (aliases fp16, half, bf16, fp32, float)"
-            ctx.fail(
-                seq.item_lines[i],
-                f"{key}[{i}]",
-                f"unknown dtype {_describe(v)} (allowed: {allowed})",
-                hint or "use one of the allowed names",
-            )
+        name = v if isinstance(v, str) and v in combos else _dtype_name(ctx, v, f"{key}[{i}]", seq.item_lines[i],
+                                                                         tuple(combos))
         out.append(name)
     return tuple(dict.fromkeys(out))
+
+
+def _dtype_name(ctx: _Ctx, value: Any, key: str, line: int, combos: tuple[str, ...] = ()) -> str:
+    """A torch dtype name (or alias) as its canonical name; anything else is one line."""
+    name = dtypes.canonical(value) if isinstance(value, str) else None
+    if name is None:
+        text = str(value).lower()
+        hint = next(filter(None, (_did_you_mean(text, names) for names in (dtypes.DTYPE_BYTES, combos, dtypes.ALIASES))),
+                    "")
+        named = f"; combinations: {', '.join(combos)}" if combos else ""
+        ctx.fail(line, key, f"unknown dtype {_describe(value)} (torch dtypes: {', '.join(dtypes.DTYPE_BYTES)}{named})",
+                 hint or "use a torch dtype name, or declare a combination under dtype_combos")
+    return name
+
+
+def _dtype_combos(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[DtypeCombo, ...]:
+    """``{name: {argument: dtype, ...}}``, over the inherited ones (a name here replaces one there)."""
+    m = _mapping(ctx, value, key, line)
+    combos = {c.name: c for c in base.dtype_combos}
+    for name in m:
+        sub, vline = _join(key, name), m.value_lines[name]
+        if not _is_ident(name) or dtypes.canonical(name) is not None:
+            ctx.fail(m.key_lines[name], sub, f"combination name {_describe(name)} must be an identifier that is not "
+                     f"a dtype name", "name it after what it holds, e.g. fp8_w8a8 or w8a16")
+        args = _mapping(ctx, m[name], sub, vline)
+        if not args:
+            ctx.fail(vline, sub, "a combination names no argument",
+                     "write e.g. fp8_w8a8: {a: float8_e4m3fn, b: float8_e4m3fn, out: bfloat16}")
+        pairs = []
+        for arg in args:
+            if not _is_ident(arg):
+                ctx.fail(args.key_lines[arg], _join(sub, arg), f"{_describe(arg)} is not an argument name",
+                         "name the launch function's tensor arguments")
+            pairs.append((arg, _dtype_name(ctx, args[arg], _join(sub, arg), args.value_lines[arg])))
+        combos[name] = DtypeCombo(name, tuple(pairs), sub, m.key_lines[name])
+    return tuple(combos.values())
+
+
+def _tolerance(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[tuple[str, float], ...]:
+    """``{dtype or combination: relative error}``, over the inherited ones."""
+    m = _mapping(ctx, value, key, line)
+    combos = tuple(c.name for c in base.dtype_combos)
+    out = dict(base.tolerance)
+    for name in m:
+        sub = _join(key, name)
+        dtype = name if name in combos else _dtype_name(ctx, name, sub, m.key_lines[name], combos)
+        out[dtype] = _positive_number(ctx, m[name], sub, m.value_lines[name])
+    return tuple(out.items())
 
 
 _TARGET = re.compile(r"(?:sm_?)?([1-9][0-9]{1,2})")
@@ -175,7 +212,9 @@ def _search_budget(ctx: _Ctx, value: Any, key: str, line: int) -> dict[str, Any]
 
 
 _SHARED_PARSERS: dict[str, Callable[[_Ctx, Any, str, int, Defaults], Any]] = {
+    "dtype_combos": _dtype_combos,
     "dtypes": _dtypes,
+    "tolerance": _tolerance,
     "targets": _targets,
     "bench": _bench,
     "search": _search,

@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Collection, Sequence
 
+from aot_tune.cache import record_shape
 from aot_tune.search import strategies as search
 from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, SourceIndex, Toolchain, baselines_fingerprint, bench_fingerprint, digest,
                                   measured_dependencies)
@@ -97,6 +98,8 @@ class KernelPlan:
     specializations_path: Path | None = None
     compile_units: list[CompileUnit] = field(default_factory=list)
     bench_units: list[BenchUnit] = field(default_factory=list)
+    #: Launches compiled but not measured: dtypes the interpreter cannot compute (aot_tune.dtypes)
+    compile_only: dict[Launch, tuple[Config, ...]] = field(default_factory=dict)
     #: (target, shape, dtype, config) launches whose specialization is not known yet
     unspecialized: list[tuple[str, tuple[int, ...], str, Config]] = field(default_factory=list)
     _compile_index: dict[tuple[str, Launch, str], CompileUnit] = field(default_factory=dict, repr=False)
@@ -112,7 +115,7 @@ class KernelPlan:
         if self._planned_keys is None:
             self._planned_keys = frozenset((u.device, u.dtype, tuple(u.shape)) for u in self.bench_units)
         key = record.device.key
-        return key in device_keys and (key, record.dtype, tuple(record.shape)) not in self._planned_keys
+        return key in device_keys and (key, record.dtype, record_shape(record)) not in self._planned_keys
 
     def compiles_for(self, bench: BenchUnit, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
         """The compile tasks whose Triton cache entries this bench's launches of ``config`` use."""
@@ -133,8 +136,9 @@ class KernelPlan:
         return next((u for u in self.benches_for(launch) if u.device == device), None)
 
     def launches(self) -> dict[Launch, tuple[Config, ...]]:
-        """Every planned (shape, dtype) with its configs, once however many device models bench it."""
-        return {(u.shape, u.dtype): u.probes for u in self.bench_units}
+        """Every planned (shape, dtype) with its configs, once however many device models bench it
+        (or none: the compile-only launches)."""
+        return {**self.compile_only, **{(u.shape, u.dtype): u.probes for u in self.bench_units}}
 
     def plan_compiles(self, toolchain: Toolchain, work: Path) -> None:
         """One compile unit per (config, specialization, target) the table knows, deduplicated
@@ -183,6 +187,15 @@ class Plan:
     def device_of(self, unit: BenchUnit) -> DeviceModel:
         return next(d for d in self.devices if d.key == unit.device)
 
+    def compile_only_note(self) -> str:
+        """One line naming the dtypes compiled but not measured on this run ("" if none)."""
+        skipped = {f"{kp.spec.name} {dtype}" for kp in self.kernels for _, dtype in kp.compile_only}
+        if not skipped:
+            return ""
+        return (f"note: the Triton interpreter cannot compute fp8 or bfloat16, so {', '.join(sorted(skipped))} "
+                f"{'is' if len(skipped) == 1 else 'are'} compiled for the GPU targets but not measured here; "
+                f"their tables come from GPUs")
+
     @cached_property
     def device_keys(self) -> frozenset[str]:
         return frozenset(d.key for d in self.devices)
@@ -229,7 +242,11 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
                 if shape not in configs_per_shape:
                     configs_per_shape[shape] = tuple(spec.space.configs_for(spec.shape_dict(shape)))
                 default = spec.default_config.resolve(spec.shape_dict(shape)) if spec.default_config else None
+                measured = spec.dtypes_for(device.backend)
                 for dtype in spec.dtypes:
+                    if dtype not in measured:  # the interpreter cannot compute it: compiled for the GPUs only
+                        kp.compile_only[(shape, dtype)] = configs_per_shape[shape]
+                        continue
                     fp = bench_fingerprint(spec, code, shape, dtype, measured_on)
                     out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
                     kp.bench_units.append(BenchUnit(

@@ -7,6 +7,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from aot_tune import cache as cache_io
+from aot_tune.cache import set_record_shape
 from aot_tune.bench.nvml import ClockReading
 from aot_tune.bench.runner import ConfigMeasurement, DeviceInfo, DeviceModel
 from aot_tune.fingerprint import Toolchain
@@ -23,10 +24,11 @@ def assemble_record(kp: KernelPlan, unit: BenchUnit, device: DeviceModel, toolch
     """The record of one bench task: every planned measurement, provenance, and the pick (ties
     keep ``previous_pick``, the config the table holds now)."""
     spec = kp.spec
-    record = TuningRecord(kernel=spec.name, key_names=list(spec.key), shape=list(unit.shape),
+    record = TuningRecord(kernel=spec.name, key_names=list(spec.key),
                           dtype=unit.dtype, fingerprint=unit.fingerprint,
                           bench_seconds=round(elapsed + (previous.bench_seconds if previous else 0.0), 3),
                           measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    set_record_shape(record, unit.shape)
     # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
     # these); the worker adds what only it can read. The plan reads versions from package
     # metadata, which may drop a local tag that torch.__version__ has (2.11.0 vs 2.11.0+cu130).
@@ -75,7 +77,7 @@ def search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> S
                   configs_measured=result.configs_measured, seconds=round(result.seconds, 3),
                   compute_seconds=round(result.compute_seconds, 3), reused=reused)
     for shape, config_ids in result.seeded_by:
-        info.sources.add(shape=list(shape), config_ids=list(config_ids))
+        set_record_shape(info.sources.add(config_ids=list(config_ids)), shape)
     return info
 
 

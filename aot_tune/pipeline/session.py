@@ -103,6 +103,7 @@ class TuneSession:
                     launch_ref=spec.launch, inputs_ref=spec.inputs, target=target,
                     launches=tuple((shape, spec.shape_dict(shape), dtype, tuple((c.id, c.as_dict()) for c in configs))
                                    for (shape, dtype), configs in launches.items()),
+                    combos=spec.combo_pairs,
                 )))
         if not requests:
             return
@@ -140,7 +141,7 @@ class TuneSession:
         request = CompileRequest(
             kernel=spec.name, root=str(self.plan.manifest.root), kernel_ref=spec.kernel,
             launch_ref=spec.launch, inputs_ref=spec.inputs, config=unit.config.as_dict(), target=unit.target,
-            shapes=(spec.shape_dict(shape),), dtypes=(dtype,),
+            shapes=(spec.shape_dict(shape),), dtypes=(dtype,), combos=spec.combo_pairs,
         )
         start, began = time.perf_counter(), time.time()
         result = self.executors.compile(request, unit.config.id)
@@ -294,6 +295,7 @@ class TuneSession:
             config_id=config.id, config=config.params, settings=settings,
             kernel_hashes=self._kernel_hashes(kp, unit, config, device),
             check_config=None if spec.reference else spec.check_config(unit.shape).params,
+            combos=spec.combo_pairs, tolerance=spec.tolerance_for(unit.dtype),
         )
 
     def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease,
@@ -370,7 +372,8 @@ class TuneSession:
             return True
 
     def _render(self, kp: KernelPlan) -> str:
-        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name)
+        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name,
+                             kp.spec.combo_table)
 
     # -- summary ---------------------------------------------------------------------------
     def run_record(self, started: float, ended: float, ok: bool) -> RunRecord | None:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from aot_tune import cache as cache_io
+from aot_tune.cache import record_shape
 from aot_tune.build.compile import read_compile_result
 from aot_tune.fingerprint import MeasuredOn, bench_fingerprint
 from aot_tune.manifest import KernelSpec
@@ -91,16 +92,19 @@ class Staleness:
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
         """A compile runs only when it has no result yet and a bench of one of its launches still
-        has to measure its config."""
+        has to measure its config, or one of its launches is compile-only."""
         if read_compile_result(unit.output, unit.fingerprint) is not None:
             return False
-        return any(self.measures(kp, b, unit.config) for launch in unit.launches for b in kp.benches_for(launch))
+        return any(launch in kp.compile_only or any(self.measures(kp, b, unit.config) for b in kp.benches_for(launch))
+                   for launch in unit.launches)
 
     def launches_to_specialize(self, kp: KernelPlan) -> list[tuple[str, tuple[int, ...], str, Config]]:
-        """Unspecialized launches whose config a bench still has to measure: nothing else needs a compile."""
+        """Unspecialized launches whose config a bench still has to measure, and the compile-only
+        ones: nothing else needs a compile."""
         needed = []
         for target, shape, dtype, config in kp.unspecialized:
-            if any(self.measures(kp, bench, config) for bench in kp.benches_for((shape, dtype))):
+            if (shape, dtype) in kp.compile_only or \
+                    any(self.measures(kp, bench, config) for bench in kp.benches_for((shape, dtype))):
                 needed.append((target, shape, dtype, config))
         return needed
 
@@ -151,7 +155,7 @@ def record_problem(spec: KernelSpec, code: str, record, versions_used: dict | No
     versions_used = versions_used or {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
     on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
                     record.device.backend, versions_used["triton"], versions_used["torch"])
-    shape = tuple(record.shape)
+    shape = record_shape(record)
     if bench_fingerprint(spec, code, shape, record.dtype, on) != record.fingerprint:
         recorded = json.loads(record.search.settings) if record.HasField("search") else {"strategy": "exhaustive"}
         if recorded != spec.search.canonical():

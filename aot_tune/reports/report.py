@@ -26,6 +26,7 @@ from pathlib import Path
 
 from aot_tune import __version__
 from aot_tune import cache as cache_io
+from aot_tune.cache import record_shape
 from aot_tune.reports import plots as report_plots
 from aot_tune.tables.check import Coverage, check
 from aot_tune.cost import Rate, floor_ms, rate
@@ -241,7 +242,7 @@ def _kernel_section(manifest: Manifest, spec: KernelSpec, coverage: dict, work_d
 
 
 def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Coverage | None) -> DeviceSection:
-    records = sorted(records, key=lambda r: (r.dtype, tuple(r.shape)))
+    records = sorted(records, key=lambda r: (r.dtype, tuple(map(_sort_key, record_shape(r)))))
     first = records[0]
     peak = device_peak(first.device.name) if first.device.backend == "cuda" else None
     dates = sorted(r.measured_at for r in records if r.measured_at)
@@ -258,8 +259,9 @@ def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Cov
 def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) -> ShapeRow:
     # Rates only for GPUs: the interpreter's times are Python wall clock, not a device's throughput.
     gpu = record.device.backend == "cuda"
-    work = spec.cost.work(dict(zip(record.key_names, record.shape)), record.dtype) if spec.cost and gpu else None
-    label = shape_label(tuple(record.shape))
+    work = spec.cost.work(dict(zip(record.key_names, record_shape(record))), record.dtype) if spec.cost and gpu else None
+    label = shape_label(record_shape(record))
+    compute_dtype = spec.cost.peak_dtype(record.dtype) if spec.cost else record.dtype
 
     def timed(m: Measurement | None, missing: str) -> Timed:
         if m is None:
@@ -267,7 +269,7 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) 
         config = Config.from_dict(cache_io.config_from_proto(m.config)).label() or m.config.id
         if m.status != "ok" or m.median_ms <= 0:
             return Timed(None, f"{m.status}: {_short(m.reason)}" if m.reason else m.status)
-        return Timed(m.median_ms, config, rate(work, m.median_ms, peak, record.dtype) if work else None)
+        return Timed(m.median_ms, config, rate(work, m.median_ms, peak, compute_dtype) if work else None)
 
     best = next((m for m in record.measurements if record.HasField("best") and m.config.id == record.best.id), None)
     stale = "not measured: the record predates the baselines; fix: run `doit tune` on this device"
@@ -277,7 +279,7 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) 
         dtype=record.dtype, shape=label, tuned=timed(best, "no config passed"),
         default=timed(record.default_baseline if record.HasField("default_baseline") else None, default_missing),
         vendor=timed(record.vendor_baseline if record.HasField("vendor_baseline") else None, vendor_missing),
-        floor_ms=floor_ms(work, peak, record.dtype) if work else None, gpu=gpu,
+        floor_ms=floor_ms(work, peak, compute_dtype) if work else None, gpu=gpu,
         passed=sum(m.status == "ok" for m in record.measurements), measured=len(record.measurements),
     )
 
@@ -307,7 +309,7 @@ def _failures(records: list[TuningRecord]) -> list[FailureRow]:
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for record in records:
-        where = f"{record.dtype} {shape_label(tuple(record.shape))}"
+        where = f"{record.dtype} {shape_label(record_shape(record))}"
         named = [("", m) for m in record.measurements]
         named += [(f"{role} baseline ", getattr(record, f"{role}_baseline")) for role in ("default", "vendor")
                   if record.HasField(f"{role}_baseline")]
@@ -331,8 +333,9 @@ def _coverage_grid(spec: KernelSpec, backend: str, coverage: Coverage | None) ->
         for entry in entries:
             dtype, _, rest = entry.partition(" ")
             status[(dtype, rest.split(" ")[0])] = what
-    return [[shape_label(s), *(status.get((d, shape_label(s)), "missing") for d in spec.dtypes)]
-            for s in spec.shapes_for(backend)]
+    measured = spec.dtypes_for(backend)  # the interpreter compiles fp8 and bfloat16 only
+    return [[shape_label(s), *(status.get((d, shape_label(s)), "missing") if d in measured else "GPU only"
+                               for d in spec.dtypes)] for s in spec.shapes_for(backend)]
 
 
 def _compile_time(work_dir: Path, kernel: str) -> CompileTime | None:

@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from aot_tune.cache import config_from_proto
+from aot_tune.cache import config_from_proto, record_shape
 from aot_tune.select import comparable
 from aot_tune.space import LAUNCH_OPTIONS
 from aot_tune.tuning_schema import TuningRecord
@@ -71,7 +71,7 @@ def entries_of(records: Iterable[TuningRecord]) -> tuple[list[Entry], dict[str, 
         ratios = {m.config.id: m.median_ms / best for m in measured}
         for m in measured:
             params.setdefault(m.config.id, config_from_proto(m.config))
-        entries.append(Entry(record.device.key, record.dtype, tuple(record.shape), ratios))
+        entries.append(Entry(record.device.key, record.dtype, record_shape(record), ratios))
     entries.sort(key=lambda e: (e.device, e.dtype, e.shape))
     return entries, params
 

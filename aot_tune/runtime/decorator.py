@@ -7,7 +7,8 @@ callable of the meta-parameters. A launch never benchmarks and compiles only the
 * during ``doit tune`` (inside :func:`aot_tune.runtime.forcing.launch_with_config`) it launches the forced
   candidate config, with ``reset_to_zero`` / ``restore_value`` / ``pre_hook`` / ``post_hook``
   around it, where Triton runs them around its benchmark runs;
-* otherwise it launches the table's config for (key args, dtype of the first tensor argument,
+* otherwise it launches the table's config for (key args, dtype of the first tensor argument
+  or, where the table declares dtype combinations, the combination the tensor arguments make,
   device) through :class:`aot_tune.runtime.lookup.TunedTable`, with the chosen config's own ``pre_hook``
   only, as a Triton launch whose key is already tuned does. Untuned keys follow the runtime's
   policy; with nothing usable it falls back to ``default``, else the first of ``configs`` that
@@ -135,9 +136,14 @@ class TunedKernel:
         if missing:
             raise TypeError(f"{self._where()}: launch is missing key argument(s) {', '.join(missing)}")
         values = tuple(args[index] if index < count else kwargs[name] for index, name in self._key_slots)
-        dtype = next((a.dtype for a in (*args, *kwargs.values()) if getattr(a, "dtype", None) is not None), None)
+        dtypes = tuple(a.dtype for a in (*args, *kwargs.values()) if getattr(a, "dtype", None) is not None)
+        dtype = dtypes[0] if dtypes else None
+        if dtype is not None and self.table.combos():  # keyed by the combination all tensors make
+            dtype, dtypes = self.table.dtype_of(*dtypes), dtypes
+        else:
+            dtypes = dtype
         device = INTERPRETER if self._interpreted else cuda_device_key()
-        memo = (device, dtype, values[0] if len(values) == 1 else values)
+        memo = (device, dtypes, values[0] if len(values) == 1 else values)
         chosen = self._chosen.get(memo)
         if chosen is None:
             if dtype is None:

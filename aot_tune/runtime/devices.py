@@ -52,7 +52,8 @@ class DevicePeak:
     """Datasheet peaks of one GPU model (dense, boost clock): the floor a time is judged against.
 
     ``matrix_tflops`` per dtype: the tensor-core rate for float16 and bfloat16 (fp32
-    accumulation), and the plain fp32 rate for float32, because the repository's kernels and
+    accumulation), for fp8 and int8 where the GPU has them (twice the float16 rate on Hopper;
+    int8 only on Ampere), and the plain fp32 rate for float32, because the repository's kernels and
     torch's defaults keep fp32 exact (no TF32). A datasheet rather than a measured peak: it
     costs no GPU time, is the same on every run and machine (so a report renders from a cache
     on a CPU), and a measured matmul peak would be cuBLAS itself, the vendor row it is meant to
@@ -64,8 +65,10 @@ class DevicePeak:
     source: str
 
 
-def _peak(fp16: float, fp32: float, gbps: float, source: str) -> DevicePeak:
-    return DevicePeak({"float16": fp16, "bfloat16": fp16, "float32": fp32}, gbps, source)
+def _peak(fp16: float, fp32: float, gbps: float, source: str, fp8: bool = True) -> DevicePeak:
+    """Hopper runs fp8 (e4m3, e5m2) and int8 at twice the float16 rate; Ampere int8 only (fp8=False)."""
+    low = {"int8": 2 * fp16, **({"float8_e4m3fn": 2 * fp16, "float8_e5m2": 2 * fp16} if fp8 else {})}
+    return DevicePeak({"float16": fp16, "bfloat16": fp16, "float32": fp32, **low}, gbps, source)
 
 
 # (pattern on the lower-cased device name, peak); first match wins. Models not listed get no floor.
@@ -76,10 +79,10 @@ _PEAKS = (
     (r"h100.*pcie", _peak(756.5, 51.2, 2000, "NVIDIA H100 PCIe datasheet")),
     (r"h100.*nvl", _peak(835.5, 60.0, 3900, "NVIDIA H100 NVL datasheet")),
     (r"h100", _peak(989.5, 66.9, 3350, "NVIDIA H100 SXM datasheet")),
-    (r"a100.*pcie.*40gb", _peak(312.0, 19.5, 1555, "NVIDIA A100 40GB PCIe datasheet")),
-    (r"a100.*pcie", _peak(312.0, 19.5, 1935, "NVIDIA A100 80GB PCIe datasheet")),
-    (r"a100.*40gb", _peak(312.0, 19.5, 1555, "NVIDIA A100 40GB SXM datasheet")),
-    (r"a100", _peak(312.0, 19.5, 2039, "NVIDIA A100 80GB SXM datasheet")),
+    (r"a100.*pcie.*40gb", _peak(312.0, 19.5, 1555, "NVIDIA A100 40GB PCIe datasheet", fp8=False)),
+    (r"a100.*pcie", _peak(312.0, 19.5, 1935, "NVIDIA A100 80GB PCIe datasheet", fp8=False)),
+    (r"a100.*40gb", _peak(312.0, 19.5, 1555, "NVIDIA A100 40GB SXM datasheet", fp8=False)),
+    (r"a100", _peak(312.0, 19.5, 2039, "NVIDIA A100 80GB SXM datasheet", fp8=False)),
 )
 
 

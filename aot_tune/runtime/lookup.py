@@ -3,8 +3,9 @@
 Imported by kernel libraries, so it imports neither torch nor triton at module load (torch is
 asked for the device name only on the first GPU lookup, when the caller has imported it anyway).
 
-Policy for a call whose key was not tuned exactly: the nearest tuned key of the same dtype, where
-the distance is the sum over key dims of |log2(a) - log2(b)| (shapes scale geometrically); if the
+Policy for a call whose key was not tuned exactly: the nearest tuned key of the same dtype (or
+dtype combination) with the same bool and string key values, where the distance is the sum
+over the integer key dims of |log2(a) - log2(b)| (shapes scale geometrically); if the
 device has no table, a table measured on a GPU of the same compute capability; else the kernel's
 declared default config. Each fallback warns once (per missing key, per dtype, per device). In
 strict mode (``strict=True`` or ``AOT_TUNE_STRICT=1``) anything but an exact entry of this
@@ -65,9 +66,22 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def is_size(value: Any) -> bool:
+    """An integer key value (a size), as opposed to a bool or string one (``causal``, ``activation``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def key_distance(a: tuple, b: tuple) -> float:
-    """How far apart two keys are: the sum over key dims of |log2(a) - log2(b)| (shapes scale geometrically)."""
-    return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(a, b))
+    """How far apart two keys are: the sum over key dims of |log2(a) - log2(b)| (shapes scale
+    geometrically); infinite where a bool or string value differs (``causal`` never falls back
+    to non-causal)."""
+    total = 0.0
+    for x, y in zip(a, b):
+        if is_size(x) and is_size(y):
+            total += abs(math.log2(max(x, 1)) - math.log2(max(y, 1)))
+        elif x != y or type(x) is not type(y):
+            return math.inf
+    return total
 
 
 def select_config(tables: Mapping[str, Mapping[tuple, dict]], key_names: tuple[str, ...], device: str,
@@ -77,15 +91,36 @@ def select_config(tables: Mapping[str, Mapping[tuple, dict]], key_names: tuple[s
     if not table:
         return None
     dtype = dtype_name(dtype)
-    values = tuple(int(key[name]) for name in key_names)
+    values = tuple(key_value(key[name]) for name in key_names)
     exact = table.get((*values, dtype))
     if exact is not None:
         return exact
-    candidates = [k for k in table if k[-1] == dtype]
+    candidates = [k for k in table if k[-1] == dtype and key_distance(k[:-1], values) < math.inf]
     if not candidates:
         return None
-    nearest = min(candidates, key=lambda k: (key_distance(k[:-1], values), k[:-1]))
+    nearest = min(candidates, key=lambda k: (key_distance(k[:-1], values), tuple(map(str, k[:-1]))))
     return table[nearest]
+
+
+def key_value(value: Any) -> int | bool | str:
+    """A launch's key value as tables hold it: a bool or a string as it is, a size as an int
+    (numpy and torch integers included)."""
+    if isinstance(value, (bool, str)):
+        return value
+    if type(value).__name__ == "bool_":  # numpy.bool_
+        return bool(value)
+    return int(value)
+
+
+def combo_of(combos: Mapping[str, tuple[tuple[str, str], ...]], dtypes: tuple[str, ...]) -> str | None:
+    """The dtype combination a launch's tensors make: the one whose dtypes, in argument order,
+    begin the launch's tensor dtypes (the longest when several do); None if none."""
+    best, size = None, 0
+    for name, args in combos.items():
+        want = tuple(dtype for _, dtype in args)
+        if len(want) > size and dtypes[:len(want)] == want:
+            best, size = name, len(want)
+    return best
 
 
 # --------------------------------------------------------------------------- device keys
@@ -158,6 +193,17 @@ class TunedTable:
         self._warned: set[tuple] = set()
         self._lock = threading.Lock()
 
+    def combos(self) -> Mapping[str, tuple[tuple[str, str], ...]]:
+        """The dtype combinations the generated module declares (empty without one)."""
+        module = self._load()
+        return getattr(module, "COMBOS", {}) if module else {}
+
+    def dtype_of(self, *dtypes: Any) -> str:
+        """The table's dtype key for a launch whose tensors have these dtypes, in argument order:
+        a combination they make (``fp8_w8a8``), else the first one's name."""
+        names = tuple(dtype_name(d) for d in dtypes)
+        return combo_of(self.combos(), names) or names[0]
+
     def lookup(self, dtype: Any, **key: int) -> dict:
         config = self.choose(current_device_key(), dtype, key)
         return dict(self.default if config is None else config)
@@ -197,9 +243,11 @@ class TunedTable:
             return None
         config = select_config(tables, module.KEY, table_device, dtype, dict(zip(module.KEY, values)))
         if config is None:
-            self._warn_once(("dtype", device, dtype), f"{self.kernel}: no tuned {dtype} entry for "
-                            f"'{table_device}' in {self.module_name}; using the default config. Fix: add {dtype} "
-                            f"to the kernel's dtypes in tuning.yaml and run `doit tune {self.kernel}`")
+            flags = {name: v for name, v in zip(module.KEY, values) if not is_size(v)}
+            entry = f"{dtype} entry" + (f" with {flags}" if flags else "")
+            self._warn_once(("dtype", device, dtype, *flags.values()), f"{self.kernel}: no tuned {entry} for "
+                            f"'{table_device}' in {self.module_name}; using the default config. Fix: add it "
+                            f"to the kernel's dtypes and shapes in tuning.yaml and run `doit tune {self.kernel}`")
             return None
         if (*values, dtype) not in tables[table_device]:
             self._warn_once(("key", device, dtype, values), f"{self.kernel}: {shown} was not tuned on "
@@ -214,10 +262,10 @@ class TunedTable:
                             f"gives {', '.join(key) or 'nothing'}; fix: name the key dims of tuning.yaml in the "
                             f"lookup (or in aot_tune.autotune's key=)")
         try:
-            return tuple(int(key[name]) for name in module.KEY)
+            return tuple(key_value(key[name]) for name in module.KEY)
         except (TypeError, ValueError):
-            raise TuneError(f"{self.kernel}: key values must be integers, got {dict(key)}; "
-                            f"fix: key the kernel by its integer size arguments") from None
+            raise TuneError(f"{self.kernel}: key values must be integers, bools or strings, got {dict(key)}; "
+                            f"fix: key the kernel by its size arguments and flags") from None
 
     def _same_capability(self, module: Any, device: str) -> str | None:
         if device == INTERPRETER:

@@ -48,10 +48,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from aot_tune.cache import config_from_proto, config_to_proto
+from aot_tune.cache import config_from_proto, config_to_proto, record_shape
 from aot_tune.fingerprint import digest
 from aot_tune.manifest import SearchSettings
-from aot_tune.runtime.lookup import key_distance  # the runtime's nearest-key metric: transfer and fallback agree
+from aot_tune.runtime.lookup import is_size, key_distance  # the runtime's nearest-key metric: transfer and fallback agree
 from aot_tune.space import Config
 from aot_tune.search.surrogate import AdditiveModel, maximin_design, varying_params
 from aot_tune.tuning_schema import Measurement, TuningRecord
@@ -113,7 +113,13 @@ def covers(record: TuningRecord, configs: Sequence[Config]) -> bool:
 def transfer_plan(shapes: Sequence[tuple[int, ...]], neighbours: int = NEIGHBOURS) -> dict[tuple[int, ...], tuple]:
     """Each shape's source shapes: none for the round(sqrt(n)) anchors (the medoid first, then
     each next shape farthest from the anchors so far; ties to the smaller shape), and the
-    ``neighbours`` nearest anchors for every other shape."""
+    ``neighbours`` nearest anchors for every other shape. Shapes that differ in a bool or string
+    key value (``causal``) never seed each other: each such group is planned on its own."""
+    groups: dict[tuple, list[tuple]] = {}
+    for shape in set(map(tuple, shapes)):
+        groups.setdefault(tuple(v for v in shape if not is_size(v)), []).append(shape)
+    if len(groups) > 1:
+        return {s: sources for group in groups.values() for s, sources in transfer_plan(group, neighbours).items()}
     shapes = sorted(set(map(tuple, shapes)))
     if len(shapes) < 2:
         return {s: () for s in shapes}
@@ -144,7 +150,7 @@ def source_from_record(record: TuningRecord, shape: tuple[int, ...]) -> Source:
                for m in record.measurements if _ok(m)]
     passing.sort(key=lambda t: (t[2], t[1], t[0].id))
     winners = sorted((c for c, _, _ in passing), key=lambda c: c.id != record.best.id)  # stable
-    return Source(tuple(record.shape), key_distance(tuple(record.shape), tuple(shape)),
+    return Source(record_shape(record), key_distance(record_shape(record), tuple(shape)),
                   tuple((c, t) for c, t, _ in passing), tuple(winners))
 
 

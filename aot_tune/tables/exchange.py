@@ -147,7 +147,8 @@ def drop_devices(manifest: Manifest, devices: Iterable[str], kernels: Iterable[K
 def _write_tables(manifest: Manifest, updates: list[tuple[KernelSpec, TuningCache]]) -> None:
     """Write each kernel's cache and its generated module. Everything is rendered, and every
     module path checked (never over a file aot_tune did not write), before anything is written."""
-    texts = [render_module(spec.name, spec.key, cache, manifest.path.name) for spec, cache in updates]
+    texts = [render_module(spec.name, spec.key, cache, manifest.path.name, spec.combo_table)
+             for spec, cache in updates]
     for spec, _ in updates:
         ensure_generated(manifest.root / spec.generated)
     for (spec, cache), text in zip(updates, texts):

@@ -46,6 +46,7 @@ def test_the_references_defaults_are_the_parsers() -> None:
     code = Defaults()
     assert set(stated) == {f.name for f in dataclasses.fields(Defaults)}, "a default is missing from the doc"
     assert stated["dtypes"] == list(code.dtypes)
+    assert stated["dtype_combos"] == {} == dict(code.dtype_combos) and stated["tolerance"] == {} == dict(code.tolerance)
     assert stated["targets"] == list(code.targets)
     assert stated["bench"] == dataclasses.asdict(code.bench)
     assert stated["cache"] == code.cache

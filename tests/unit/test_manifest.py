@@ -333,7 +333,7 @@ MISTAKES = [
             "got -1"),
     # keys shared with defaults
     mistake("bad_dtype", "dtypes: [float32, bf16, half]", "dtypes: [float32, bfloat]", "bfloat]",
-            "kernels.softmax.dtypes[1]", "unknown dtype 'bfloat'", "float16, bfloat16, float32", "did you mean"),
+            "kernels.softmax.dtypes[1]", "unknown dtype 'bfloat'", "float16, bfloat16", "did you mean 'bfloat16'"),
     mistake("bad_target", "targets: [90, sm_100]", "targets: [90, sm90a]", "sm90a", "kernels.softmax.targets[1]",
             "unknown target 'sm90a'", "smNN"),
     mistake("device_key_not_normalized", "  dtypes: [fp16]\n", "  dtypes: [fp16]\n  devices: [h200, H100]\n",

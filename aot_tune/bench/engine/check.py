@@ -2,17 +2,15 @@
 reference, or without one the default config's output, aot_tune.bench.engine.workload).
 
 Every config runs once on random inputs and is compared with the kernel's torch reference under a
-dtype-aware relative tolerance; NaN, Inf or a wrong shape never pass. Consecutive configs are
-checked on different input sets, so a config that writes nothing cannot pass on the output its
-predecessor left in a reused buffer.
+dtype-aware relative tolerance (aot_tune.dtypes.TOLERANCE, or the manifest's); NaN, Inf or a
+wrong shape never pass. Consecutive configs are checked on different input sets, so a config
+that writes nothing cannot pass on the output its predecessor left in a reused buffer.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-#: ||out - ref|| / ||ref|| allowed per dtype (tf32 dots for float32 land near 3e-4).
-TOLERANCE = {"float32": 2e-3, "float16": 1e-2, "bfloat16": 3e-2}
 #: Input sets the correctness checks rotate through (consecutive configs never share one).
 CHECK_SETS = 2
 

@@ -16,9 +16,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from aot_tune.build.loading import resolve
+from aot_tune.build.loading import input_dtype, resolve
 from aot_tune.runtime.forcing import launch_with_config
-from aot_tune.bench.engine.check import CHECK_SETS, TOLERANCE
+from aot_tune.bench.engine.check import CHECK_SETS
+from aot_tune.dtypes import TOLERANCE
 from aot_tune.bench.runner import BenchRequest, BenchSettings
 
 MAX_INPUT_SETS = 1024
@@ -43,14 +44,14 @@ class Workload:
         self._reference = resolve(request.root, request.reference_ref) if request.reference_ref else None
         self._check_config = dict(request.check_config or ())
         self._shape = dict(request.shape)
-        self._dtype = getattr(torch, request.dtype)
+        self._dtype = input_dtype(request.dtype, request.combos)
         self._device = device
         self._seed = zlib.crc32(repr((request.kernel, request.shape, request.dtype)).encode())
         self._sets: list[tuple] = []
         self._expected: dict[int, Any] = {}
         self._checked = 0
         self._cursor = 0  # the next input set of the timing rotation
-        self.tolerance = TOLERANCE.get(request.dtype, 1e-2)
+        self.tolerance = TOLERANCE.get(request.dtype, 1e-2) if request.tolerance is None else request.tolerance
         self.rotation: Rotation | None = None
         self.inputs(0)  # fail here, once per shape, if the input builder is broken
 
@@ -138,4 +139,6 @@ def _tensor_bytes(inputs: tuple) -> int:
 
 def _all_zero(inputs: tuple) -> bool:
     tensors = [x for x in inputs if hasattr(x, "element_size") and x.numel() > 0]
-    return bool(tensors) and all(not x.any().item() for x in tensors)
+    # fp8 tensors are widened first: not every device implements any() for them
+    return bool(tensors) and all(not (x.float() if x.is_floating_point() and x.element_size() == 1 else x).any().item()
+                                 for x in tensors)
