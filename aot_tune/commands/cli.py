@@ -9,7 +9,6 @@ import sys
 
 from doit.cmd_help import Help
 from doit.cmd_info import Info
-from doit.cmd_list import List
 from doit.doit_cmd import DoitMain
 from doit.plugin import PluginDict, PluginEntry
 
@@ -24,12 +23,8 @@ COMMANDS = {
     "report": "aot_tune.commands.report:ReportCommand",
     "subset": "aot_tune.commands.report:SubsetCommand",
     "adopt": "aot_tune.commands.adopt:AdoptCommand",
+    "list": "aot_tune.commands.listing:StageList",
 }
-
-
-class StageList(List):
-    name = "list"
-    doc_purpose = "list the stages of tuning.yaml's tasks (--all: every task)"
 
 
 class AotTuneMain(DoitMain):
@@ -37,7 +32,7 @@ class AotTuneMain(DoitMain):
     read the tasks without running them (``tune`` runs them)."""
 
     BIN_NAME = "aot_tune"
-    DOIT_CMDS = (Help, StageList, Info)
+    DOIT_CMDS = (Help, Info)
 
     def run(self, all_args):
         args = list(all_args)
