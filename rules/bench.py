@@ -1,5 +1,6 @@
-"""bench: one task per (kernel, shape, dtype, device model), after its configs compiled and, for
-a budgeted search with transfer, after the shapes that seed it."""
+"""bench: one task per (kernel, shape, dtype, device model). An exhaustive one streams behind the
+compiles (it measures configs as their compiles land: aot_tune.pipeline.streaming); a budgeted
+search runs after its configs compiled and, with transfer, after the shapes that seed it."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -24,7 +25,7 @@ def tasks(session) -> Iterator[dict]:
             "name": unit.name.partition(":")[2],
             "doc": f"benchmark {unit.kernel} on {unit.dtype} {unit.shape}",
             "actions": [(session.bench, (kp, unit))],
-            "task_dep": compiles + seeds,
+            "task_dep": ([] if unit.search.exhaustive else compiles) + seeds,
             "uptodate": [lambda kp=kp, unit=unit: staleness.bench_done(kp, unit)],
             "verbosity": 0,
         }

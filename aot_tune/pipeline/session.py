@@ -30,6 +30,7 @@ from aot_tune.pipeline.recording import (assemble_record, baselines_to_proto, me
                                          no_config_passed, search_proto)
 from aot_tune.pipeline.runlog import RunRecord
 from aot_tune.pipeline.staleness import Staleness
+from aot_tune.pipeline.streaming import CompileClaims, landed_waves
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
@@ -76,6 +77,7 @@ class TuneSession:
         self.spans: dict[str, list[float]] = {}  # stage -> [first start, last end], time.time()
         self._spans_lock = threading.Lock()
         self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
+        self.claims = CompileClaims()
 
     def _span(self, stage: str, start: float, end: float) -> None:
         with self._spans_lock:
@@ -133,6 +135,10 @@ class TuneSession:
 
     # -- compile ---------------------------------------------------------------------------
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+        """The compile task: runs the compile unless a bench streaming behind it already did."""
+        self.claims.run_once(unit.name, lambda: self._compile(kp, unit))
+
+    def _compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
         if "bench" in self.progress and self.progress["bench"].total:
             self.executors.devices.start()  # device workers start while the compiles run
         spec = kp.spec
@@ -205,21 +211,38 @@ class TuneSession:
 
     def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                      device: DeviceModel):
-        """Every planned config the previous record lacks, as one pipelined batch; the rest is
-        kept from the previous record."""
-        to_measure = self.staleness.configs_to_measure(kp, unit)
-        invalid = self._invalid_configs(kp, unit, to_measure)
+        """Every planned config the previous record lacks, in pipelined batches of the configs
+        whose compiles have landed (aot_tune.pipeline.streaming); the rest is kept from the
+        previous record."""
         planned = {c.id: c for c in unit.configs}
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
-        fresh = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
-        requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in to_measure if c.id not in invalid]
         timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
-        measured, seconds = _measure_batch(lease, requests, device, timeout_s)
+        targets = kp.bench_targets(device)
+        fresh: list[ConfigMeasurement] = []
+        waves = landed_waves(self.staleness.configs_to_measure(kp, unit),
+                             lambda config: kp.compiles_for(unit, config, targets),
+                             lambda cu: self.claims.finished(cu.name) or
+                             read_compile_result(cu.output, cu.fingerprint) is not None,
+                             lambda cu: self.claims.claimed(cu.name), lambda cu: self.compile(kp, cu))
+        while True:
+            waiting = time.perf_counter()
+            wave = next(waves, None)
+            self.seconds["waited for compiles"] += time.perf_counter() - waiting  # the device idles
+            if wave is None:
+                break
+            invalid = self._invalid_configs(kp, unit, wave)
+            fresh += [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in wave if c.id in invalid]
+            requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in wave if c.id not in invalid]
+            if not requests:
+                continue
+            measured, seconds = _measure_batch(lease, requests, device, timeout_s)
+            for m in measured:
+                entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
+            fresh += measured
         for m in fresh:
-            entries[m.config_id] = measurement_proto(m, planned[m.config_id])
-        for m in measured:
-            entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
-        return entries, fresh + measured
+            if m.status == "invalid":
+                entries[m.config_id] = measurement_proto(m, planned[m.config_id])
+        return entries, fresh
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                 device: DeviceModel):
@@ -417,11 +440,13 @@ class TuneSession:
             return f"bench stage: {last - first:.1f}s; timed kernel launches {self.seconds['measured']:.1f}s"
         devices = self.plan.device.count
         waited = max(0.0, min(ready, last) - first)
+        compiles = self.seconds["waited for compiles"]
         line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
                 f"{last - first - waited:.1f}s of it after the device workers were up "
-                f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)")
+                f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)"
+                + (f"; benches waited {compiles:.1f}s for compiles to land" if compiles >= 0.05 else ""))
         if self.seconds["measured"]:
-            busy = (last - first - waited) * devices
+            busy = (last - first - waited) * devices - compiles
             line += (f"; timed kernel launches {self.seconds['measured']:.1f}s, "
                      f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the device time after start-up")
         return line
