@@ -52,6 +52,7 @@ class TuneCommand(Run):
             finally:
                 session = self.loader.session
                 if session is not None:
+                    session.stop_compiles()
                     session.executors.close()
                     summary = session.summary()
                     if summary:

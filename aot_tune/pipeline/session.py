@@ -78,6 +78,8 @@ class TuneSession:
         self._spans_lock = threading.Lock()
         self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
         self.claims = CompileClaims()
+        self._driver: ThreadPoolExecutor | None = None  # runs the queued compiles (see compile)
+        self._driver_lock = threading.Lock()
 
     def _span(self, stage: str, start: float, end: float) -> None:
         with self._spans_lock:
@@ -135,8 +137,17 @@ class TuneSession:
 
     # -- compile ---------------------------------------------------------------------------
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
-        """The compile task: runs the compile unless a bench streaming behind it already did."""
-        self.claims.run_once(unit.name, lambda: self._compile(kp, unit))
+        """The compile task: queues the compile (unless a bench already ran it) and returns, so doit
+        reaches the bench tasks, which stream behind the compiles (aot_tune.pipeline.streaming)."""
+        with self._driver_lock:
+            if self._driver is None:
+                self._driver = ThreadPoolExecutor(self.executors.compile_jobs, thread_name_prefix="aot_tune-compile")
+        self.claims.schedule(unit.name, lambda: self._compile(kp, unit), self._driver)
+
+    def stop_compiles(self) -> None:
+        """Drop the queued compiles no bench waited for (a run cut short); the running ones end with the pool."""
+        if self._driver is not None:
+            self._driver.shutdown(wait=False, cancel_futures=True)
 
     def _compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
         if "bench" in self.progress and self.progress["bench"].total:
@@ -183,6 +194,11 @@ class TuneSession:
         except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return StageFailure(f"{unit.name}: {exc}")
+        targets = kp.bench_targets(device)
+        failed = self.claims.failures(cu.name for c in unit.probes for cu in kp.compiles_for(unit, c, targets))
+        if failed:
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            return StageFailure(f"{unit.name}: {failed}")
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
         self._span("bench", began, time.time())
@@ -217,13 +233,8 @@ class TuneSession:
         planned = {c.id: c for c in unit.configs}
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
         timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
-        targets = kp.bench_targets(device)
         fresh: list[ConfigMeasurement] = []
-        waves = landed_waves(self.staleness.configs_to_measure(kp, unit),
-                             lambda config: kp.compiles_for(unit, config, targets),
-                             lambda cu: self.claims.finished(cu.name) or
-                             read_compile_result(cu.output, cu.fingerprint) is not None,
-                             lambda cu: self.claims.claimed(cu.name), lambda cu: self.compile(kp, cu))
+        waves = self._landed(kp, unit, self.staleness.configs_to_measure(kp, unit), device)
         while True:
             waiting = time.perf_counter()
             wave = next(waves, None)
@@ -244,6 +255,14 @@ class TuneSession:
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id])
         return entries, fresh
 
+    def _landed(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config], device: DeviceModel):
+        """``configs`` in waves as their compiles for ``device`` land (aot_tune.pipeline.streaming)."""
+        return landed_waves(configs, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
+                            lambda cu: self.claims.finished(cu.name) or
+                            read_compile_result(cu.output, cu.fingerprint) is not None,
+                            lambda cu: self.claims.claimed(cu.name),
+                            lambda cu: self.claims.run_once(cu.name, lambda: self._compile(kp, cu)))
+
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                 device: DeviceModel):
         """Run the unit's budgeted search. The configs it chooses together (the surrogate's
@@ -252,6 +271,8 @@ class TuneSession:
         is taken from it: after a change of the candidates the search replays, and only its new
         probes reach the GPU."""
         bench = kp.spec.bench
+        for _ in self._landed(kp, unit, list(unit.probes), device):  # a search needs every verdict first
+            pass
         invalid = self._invalid_configs(kp, unit, list(unit.probes))
         earlier = {(m.config.id, m.short_rep_ms): m for m in previous.measurements
                    if m.status != "invalid"} if previous else {}

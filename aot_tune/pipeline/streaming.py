@@ -2,17 +2,20 @@
 wave the configs whose compiles have landed, instead of waiting for every compile of its shape
 (one straggler compile would hold the GPU idle).
 
-Its doit task therefore does not depend on the compile tasks. doit dispatches tasks in their
-order and the compile tasks come first, so every compile a bench waits for has started on
-another thread; and where one has not (only bench tasks selected, or a scheduler that reorders),
-the bench claims it and runs it itself. Every compile runs once: the first thread to claim it
-runs it, the others wait for it (``CompileClaims``). The record does not depend on the waves:
-a record holds its measurements sorted by config id, and every config is measured once either way.
+A compile task only queues its compile on the run's compile driver (as many threads as compile
+workers, in doit's longest-first order) and returns, so doit reaches the bench tasks at once
+instead of after the last compile task started; a bench task depends on no compile task and
+waits for its compiles to land. Where one was never queued (only bench tasks selected), the
+bench claims it and runs it itself. Every compile runs once: the first to claim it runs it, the
+others wait for it (``CompileClaims``); a compile that raised is reported by the benches that
+needed it. The record does not depend on the waves: a record holds its measurements sorted by
+config id, and every config is measured once either way.
 """
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 C = TypeVar("C")
@@ -28,21 +31,46 @@ class CompileClaims:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._done: dict[str, threading.Event] = {}
+        self.errors: dict[str, str] = {}  # name -> what the compile raised (not a kernel fault: those are results)
 
-    def run_once(self, name: str, work: Callable[[], None]) -> None:
-        """Run ``work`` if nobody claimed ``name`` yet, else wait until its claimant finished."""
+    def _claim(self, name: str) -> threading.Event | None:
+        """The new claim's event, or None if ``name`` was claimed before."""
         with self._lock:
-            done = self._done.get(name)
-            mine = done is None
-            if mine:
-                done = self._done[name] = threading.Event()
-        if not mine:
-            done.wait()
-            return
+            if name in self._done:
+                return None
+            done = self._done[name] = threading.Event()
+            return done
+
+    def _run(self, name: str, work: Callable[[], None], done: threading.Event) -> None:
         try:
             work()
+        except BaseException as exc:  # noqa: BLE001 - reported by the benches waiting for it
+            self.errors[name] = f"{type(exc).__name__}: {exc}"[:300]
+            if not isinstance(exc, Exception):
+                raise
         finally:
             done.set()
+
+    def schedule(self, name: str, work: Callable[[], None], driver: Executor) -> None:
+        """Queue ``work`` on ``driver`` if nobody claimed ``name`` yet; return at once."""
+        done = self._claim(name)
+        if done is not None:
+            driver.submit(self._run, name, work, done)
+
+    def run_once(self, name: str, work: Callable[[], None]) -> None:
+        """Run ``work`` here if nobody claimed ``name`` yet, else wait until its claimant finished."""
+        done = self._claim(name)
+        if done is not None:
+            self._run(name, work, done)
+            return
+        with self._lock:
+            done = self._done[name]
+        done.wait()
+
+    def failures(self, names: Iterable[str]) -> str:
+        """What the compiles of ``names`` raised (one line), or ""."""
+        failed = sorted({name: self.errors[name] for name in names if name in self.errors}.items())
+        return "; ".join(f"{name} failed: {error}" for name, error in failed[:3])
 
     def claimed(self, name: str) -> bool:
         with self._lock:

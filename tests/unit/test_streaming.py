@@ -63,3 +63,21 @@ def test_a_claimed_compile_runs_once_and_later_claimants_wait_for_it():
     first.join(10)
     second.join(10)
     assert runs == [1] and claims.finished("u")
+
+
+def test_a_scheduled_compile_returns_at_once_and_a_failure_is_reported_to_its_benches():
+    from concurrent.futures import ThreadPoolExecutor
+
+    claims, release = CompileClaims(), threading.Event()
+
+    def failing():
+        release.wait(10)
+        raise OSError("disk full")
+
+    with ThreadPoolExecutor(1) as driver:
+        claims.schedule("u", failing, driver)
+        claims.schedule("u", lambda: None, driver)  # claimed already: not queued again
+        assert claims.claimed("u") and not claims.finished("u")
+        release.set()
+        claims.run_once("u", lambda: None)  # waits for the claimant
+    assert claims.finished("u") and claims.failures(["u", "v"]) == "u failed: OSError: disk full"
