@@ -27,7 +27,7 @@ from aot_tune.manifest import BenchSettings
 from aot_tune.build.compile import CompileRecord, read_compile_result
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.recording import (assemble_record, baselines_to_proto, measurement_proto,
-                                         no_config_passed, search_proto)
+                                         no_config_passed, search_proto, share_out)
 from aot_tune.pipeline.runlog import RunRecord
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, landed_waves
@@ -184,7 +184,11 @@ class TuneSession:
                 lease.ready()  # a worker's start-up is not part of any measurement's seconds
                 if unit.search.exhaustive:
                     entries, fresh = self._measure_all(kp, unit, lease, previous, device)
-                else:
+                else:  # a search needs every compile's verdict before it starts
+                    waiting = time.perf_counter()
+                    for _ in self._landed(kp, unit, list(unit.probes), device):
+                        pass
+                    self.seconds["waited for compiles"] += time.perf_counter() - waiting
                     entries, fresh, search_info = self._search(kp, unit, lease, previous, device)
                 info = lease.info
                 self.cache_hits += lease.cache_hits
@@ -271,8 +275,6 @@ class TuneSession:
         is taken from it: after a change of the candidates the search replays, and only its new
         probes reach the GPU."""
         bench = kp.spec.bench
-        for _ in self._landed(kp, unit, list(unit.probes), device):  # a search needs every verdict first
-            pass
         invalid = self._invalid_configs(kp, unit, list(unit.probes))
         earlier = {(m.config.id, m.short_rep_ms): m for m in previous.measurements
                    if m.status != "invalid"} if previous else {}
@@ -479,18 +481,7 @@ def _measure_batch(lease: DeviceLease, requests: list[BenchRequest], device: Dev
     each one's share of the batch's wall seconds."""
     began = time.perf_counter()
     measured = list(lease.measure_all(requests, timeout_s))
-    return measured, _share_out(time.perf_counter() - began, measured)
-
-
-def _share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, float]:
-    """A pipelined batch's wall time shared out over its measurements in proportion to each one's
-    own phases on the device worker (less the graph capture, which overlapped the previous
-    config's timed launches), so that they add up to what the batch cost."""
-    own = {m.config_id: sum(s for phase, s in m.phase_seconds.items() if phase != "capture") for m in measured}
-    total = sum(own.values())
-    if total <= 0:
-        return {config_id: wall / max(len(own), 1) for config_id in own}
-    return {config_id: wall * value / total for config_id, value in own.items()}
+    return measured, share_out(time.perf_counter() - began, measured)
 
 
 def eprint(message: str) -> None:
