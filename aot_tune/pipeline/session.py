@@ -117,6 +117,7 @@ class TuneSession:
         for (kp, _), result in zip(requests, results):
             kp.specializations.add(result)
             self.specialized["launches"] += result.launches
+            self.seconds["capture"] += result.seconds
         for kp in {id(kp): kp for kp, _ in requests}.values():
             kp.specializations.write(kp.specializations_path)
             kp.plan_compiles(self.plan.toolchain, self.plan.work_dir)
@@ -124,7 +125,9 @@ class TuneSession:
         self._span("specialize", began, time.time())
         eprint(f"[specialize] {self.specialized['launches']} launches of "
                f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
-               f"{time.perf_counter() - start:.1f}s (worker start-up included)")
+               f"{time.perf_counter() - start:.1f}s (worker start-up included; the launches "
+               f"{self.seconds['capture']:.2f}s of worker time, "
+               f"{1e3 * self.seconds['capture'] / max(self.specialized['launches'], 1):.2f} ms each)")
 
     def start_workers(self) -> None:
         """Start the workers the stale tasks will need now, before doit runs the first of them:
