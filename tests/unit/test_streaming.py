@@ -81,3 +81,48 @@ def test_a_scheduled_compile_returns_at_once_and_a_failure_is_reported_to_its_be
         release.set()
         claims.run_once("u", lambda: None)  # waits for the claimant
     assert claims.finished("u") and claims.failures(["u", "v"]) == "u failed: OSError: disk full"
+
+
+def test_the_record_does_not_depend_on_the_waves():
+    """Measured in one batch or in waves as compiles land, a bench task records the same
+    measurements (but for each one's share of its batch's wall time) and picks the same config."""
+    import itertools
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from aot_tune.bench.runner import ConfigMeasurement
+    from aot_tune.manifest import BenchSettings
+    from aot_tune.pipeline.session import TuneSession
+    from aot_tune.select import choose
+    from aot_tune.space import Config
+
+    configs = [Config.from_dict({"A": a, "B": b}) for a, b in itertools.product([16, 32, 64], [1, 2, 4])]
+    invalid = {configs[4].id: "shared_memory: needs at least 300000 bytes"}
+
+    class Lease:
+        def measure_all(self, requests, timeout_s):
+            for r in reversed(requests):
+                t = 1.0 + configs.index(next(c for c in configs if c.id == r.config_id)) % 5 / 7
+                yield ConfigMeasurement(r.config_id, "ok", times_ms=[t] * 12, method="events",
+                                        phase_seconds={"check": 0.001, "timed": t / 50})
+
+    def measure(waves):
+        session = TuneSession.__new__(TuneSession)
+        session.seconds = Counter()
+        session.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
+        session._landed = lambda kp, unit, todo, device: iter(waves)
+        session._invalid_configs = lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid}
+        session._request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id)
+        kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
+                                                                  l2_flush_bytes=None)))
+        unit = SimpleNamespace(configs=tuple(configs))
+        entries, fresh = session._measure_all(kp, unit, Lease(), None, SimpleNamespace(backend="cuda"))
+        for entry in entries.values():
+            entry.seconds = 0.0  # each one's share of its batch's wall time
+        return [entries[k] for k in sorted(entries)], sorted(m.config_id for m in fresh)
+
+    batch, batch_fresh = measure([configs])
+    waves, waves_fresh = measure([configs[6:], configs[:1], configs[1:6]])
+    assert batch == waves and batch_fresh == waves_fresh and len(batch) == len(configs)
+    assert choose(batch, "").config == choose(waves, "").config
+    assert [e.status for e in batch].count("invalid") == 1
