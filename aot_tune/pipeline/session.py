@@ -30,7 +30,7 @@ from aot_tune.pipeline.recording import (assemble_record, baselines_to_proto, me
                                          no_config_passed, search_proto, share_out)
 from aot_tune.pipeline.runlog import RunRecord
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.pipeline.streaming import CompileClaims, landed_waves
+from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
@@ -182,25 +182,29 @@ class TuneSession:
         search_info = None
         baselines: dict[str, ConfigMeasurement] = {}
         start, began = time.perf_counter(), time.time()
+        hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
         try:
-            with self.executors.devices.lease(device) as lease:  # a local GPU, or a cluster's GPU of this model
-                lease.ready()  # a worker's start-up is not part of any measurement's seconds
-                if unit.search.exhaustive:
-                    entries, fresh = self._measure_all(kp, unit, lease, previous, device)
-                else:  # a search needs every compile's verdict before it starts
-                    waiting = time.perf_counter()
-                    for _ in self._landed(kp, unit, list(unit.probes), device):
-                        pass
-                    self.seconds["waited for compiles"] += time.perf_counter() - waiting
-                    entries, fresh, search_info = self._search(kp, unit, lease, previous, device)
-                info = lease.info
-                self.cache_hits += lease.cache_hits
-                self.cache_misses += lease.cache_misses
-                if self.staleness.baselines_to_measure(kp, unit):
-                    baselines = self._measure_baselines(kp, unit, lease, device)
+            if unit.search.exhaustive:
+                entries, fresh = self._measure_all(kp, unit, hold, previous, device)
+            else:  # a search needs every compile's verdict before it starts
+                waiting = time.perf_counter()
+                for _ in self._landed(kp, unit, list(unit.probes), device):
+                    pass
+                self.seconds["waited for compiles"] += time.perf_counter() - waiting
+                entries, fresh, search_info = self._search(kp, unit, hold.lease(), previous, device)
+            hits, misses = hold.counts()  # the baselines' compiles are not the compile stage's
+            self.cache_hits, self.cache_misses = self.cache_hits + hits, self.cache_misses + misses
+            if self.staleness.baselines_to_measure(kp, unit):
+                baselines = self._measure_baselines(kp, unit, hold.lease(), device)
+            hold.lease()  # a task that measured nothing still reads the device's info
+            hold.release()
+            info = hold.info
         except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return StageFailure(f"{unit.name}: {exc}")
+        finally:
+            hold.release()
+            self.seconds["device held"] += hold.held_s
         targets = kp.bench_targets(device)
         failed = self.claims.failures(cu.name for c in unit.probes for cu in kp.compiles_for(unit, c, targets))
         if failed:
@@ -232,7 +236,7 @@ class TuneSession:
             tally["seconds"] += search_info.seconds
         self.progress["bench"].advance(note)
 
-    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
+    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
                      device: DeviceModel):
         """Every planned config the previous record lacks, in pipelined batches of the configs
         whose compiles have landed (aot_tune.pipeline.streaming); the rest is kept from the
@@ -241,11 +245,11 @@ class TuneSession:
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
         timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
         fresh: list[ConfigMeasurement] = []
-        waves = self._landed(kp, unit, self.staleness.configs_to_measure(kp, unit), device)
+        waves = self._landed(kp, unit, self.staleness.configs_to_measure(kp, unit), device, hold.release)
         while True:
             waiting = time.perf_counter()
             wave = next(waves, None)
-            self.seconds["waited for compiles"] += time.perf_counter() - waiting  # the device idles
+            self.seconds["waited for compiles"] += time.perf_counter() - waiting  # without the device
             if wave is None:
                 break
             invalid = self._invalid_configs(kp, unit, wave)
@@ -253,7 +257,7 @@ class TuneSession:
             requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in wave if c.id not in invalid]
             if not requests:
                 continue
-            measured, seconds = _measure_batch(lease, requests, device, timeout_s)
+            measured, seconds = _measure_batch(hold.lease(), requests, device, timeout_s)
             for m in measured:
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
             fresh += measured
@@ -262,13 +266,14 @@ class TuneSession:
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id])
         return entries, fresh
 
-    def _landed(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config], device: DeviceModel):
+    def _landed(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config], device: DeviceModel,
+                on_wait=lambda: None):
         """``configs`` in waves as their compiles for ``device`` land (aot_tune.pipeline.streaming)."""
         return landed_waves(configs, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
                             lambda cu: self.claims.finished(cu.name) or
                             read_compile_result(cu.output, cu.fingerprint) is not None,
                             lambda cu: self.claims.claimed(cu.name),
-                            lambda cu: self.claims.run_once(cu.name, lambda: self._compile(kp, cu)))
+                            lambda cu: self.claims.run_once(cu.name, lambda: self._compile(kp, cu)), on_wait)
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                 device: DeviceModel):
@@ -470,11 +475,11 @@ class TuneSession:
         line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
                 f"{last - first - waited:.1f}s of it after the device workers were up "
                 f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)"
-                + (f"; benches waited {compiles:.1f}s for compiles to land" if compiles >= 0.05 else ""))
+                + (f"; benches waited {compiles:.1f}s for compiles to land, without a device" if compiles >= 0.05 else ""))
         if self.seconds["measured"]:
-            busy = (last - first - waited) * devices - compiles
+            busy = self.seconds["device held"]  # by the benches, from when its worker was up
             line += (f"; timed kernel launches {self.seconds['measured']:.1f}s, "
-                     f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the device time after start-up")
+                     f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the device time the benches held")
         return line
 
 

@@ -13,7 +13,9 @@ config id, and every config is measured once either way.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from concurrent.futures import Executor
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
@@ -84,11 +86,12 @@ class CompileClaims:
 
 
 def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], landed: Callable[[U], bool],
-                 claimed: Callable[[U], bool], run_here: Callable[[U], None]) -> Iterator[list[C]]:
+                 claimed: Callable[[U], bool], run_here: Callable[[U], None],
+                 on_wait: Callable[[], None] = lambda: None) -> Iterator[list[C]]:
     """``configs`` in waves, in their order within each: every config whose compiles have all
     landed (their record written, or their claimant finished), as soon as one has. With nothing
     landed, a compile nobody claimed is run here (the first in config order), else the claimants
-    are waited for."""
+    are waited for; ``on_wait`` is called before each wait (the bench lets its device go)."""
     pending = list(configs)
     while pending:
         ready = [c for c in pending if all(landed(u) for u in compiles_of(c))]
@@ -97,8 +100,54 @@ def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], 
             pending = [c for c in pending if id(c) not in taken]
             yield ready
             continue
+        on_wait()
         unclaimed = next((u for c in pending for u in compiles_of(c) if not landed(u) and not claimed(u)), None)
         if unclaimed is not None:
             run_here(unclaimed)
         else:
             threading.Event().wait(POLL_S)
+
+
+class DeviceHold:
+    """A bench task's hold on a device of its model, taken when it has configs to measure and let
+    go while it waits for compiles, so that a bench whose configs have landed measures meanwhile.
+    Counts the Triton cache hits of its leases and the seconds it held a device (after the
+    device's worker was up): the device time the bench stage's share of timed launches is of."""
+
+    def __init__(self, devices, device) -> None:
+        self._devices, self._device = devices, device
+        self._stack: contextlib.ExitStack | None = None
+        self._lease = None
+        self._since = 0.0
+        self.cache_hits = self.cache_misses = 0
+        self.held_s = 0.0
+        self.info = None
+
+    def lease(self):
+        """The device, taken now if not held (waiting for a free one and for its worker)."""
+        if self._lease is None:
+            stack = contextlib.ExitStack()
+            lease = stack.enter_context(self._devices.lease(self._device))
+            self._stack, self._lease = stack, lease
+            lease.ready()  # a worker's start-up is not part of any measurement's seconds
+            self._since = time.perf_counter()
+        return self._lease
+
+    def counts(self) -> tuple[int, int]:
+        """Triton cache hits and misses of every lease so far, the held one included."""
+        held = self._lease
+        return (self.cache_hits + (held.cache_hits if held else 0), self.cache_misses + (held.cache_misses if held else 0))
+
+    def release(self) -> None:
+        if self._lease is None:
+            return
+        lease, stack = self._lease, self._stack
+        self._lease = self._stack = None
+        if self._since:
+            self.held_s += time.perf_counter() - self._since
+        self._since = 0.0
+        self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
+        try:
+            self.info = lease.info
+        finally:
+            stack.close()

@@ -110,13 +110,14 @@ def test_the_record_does_not_depend_on_the_waves():
         session = TuneSession.__new__(TuneSession)
         session.seconds = Counter()
         session.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
-        session._landed = lambda kp, unit, todo, device: iter(waves)
+        session._landed = lambda kp, unit, todo, device, on_wait: iter(waves)
         session._invalid_configs = lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid}
         session._request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id)
         kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
                                                                   l2_flush_bytes=None)))
         unit = SimpleNamespace(configs=tuple(configs))
-        entries, fresh = session._measure_all(kp, unit, Lease(), None, SimpleNamespace(backend="cuda"))
+        hold = SimpleNamespace(lease=Lease, release=lambda: None)
+        entries, fresh = session._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"))
         for entry in entries.values():
             entry.seconds = 0.0  # each one's share of its batch's wall time
         return [entries[k] for k in sorted(entries)], sorted(m.config_id for m in fresh)
@@ -126,3 +127,35 @@ def test_the_record_does_not_depend_on_the_waves():
     assert batch == waves and batch_fresh == waves_fresh and len(batch) == len(configs)
     assert choose(batch, "").config == choose(waves, "").config
     assert [e.status for e in batch].count("invalid") == 1
+
+
+def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
+    """The hold takes a device for a wave, lets it go for the wait, takes it again; it adds up
+    the cache hits of every lease and the seconds held."""
+    import contextlib
+    import time
+    from types import SimpleNamespace
+
+    from aot_tune.pipeline.streaming import DeviceHold
+
+    events = []
+
+    class Devices:
+        @contextlib.contextmanager
+        def lease(self, device):
+            events.append("take")
+            lease = SimpleNamespace(cache_hits=2, cache_misses=1, info="gpu0", ready=lambda: events.append("ready"))
+            yield lease
+            events.append("give")
+
+    landed, claims = {"a1"}, CompileClaims()
+    hold = DeviceHold(Devices(), "h100")
+    waves = landed_waves(["a", "b"], lambda c: [c + "1"], landed.__contains__, claims.claimed,
+                         lambda name: (time.sleep(0.01), landed.add(name)), hold.release)
+    for wave in waves:
+        hold.lease()
+        events.append(wave)
+    assert hold.counts() == (4, 2)  # both leases, the one of wave b still held
+    hold.release()
+    assert events == ["take", "ready", ["a"], "give", "take", "ready", ["b"], "give"]
+    assert (hold.cache_hits, hold.cache_misses, hold.info) == (4, 2, "gpu0") and hold.held_s > 0
