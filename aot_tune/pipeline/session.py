@@ -479,7 +479,7 @@ class TuneSession:
         if self.seconds["measured"]:
             busy = self.seconds["device held"]  # by the benches, from when its worker was up
             line += (f"; timed kernel launches {self.seconds['measured']:.1f}s, "
-                     f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the device time the benches held")
+                     f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the {busy:.1f}s of device time the benches held")
         return line
 
 

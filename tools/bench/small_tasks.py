@@ -5,7 +5,7 @@ the bench stage's share of timed kernel launches when every task is short and pe
 
 Builds a scratch project (a copy of kernels/ and the manifest below, no caches, no Triton
 cache), runs a cold ``python -m doit tune`` there and prints its summary, whose ``bench stage``
-line gives the share (``timed kernel launches ..., N% of the device time the benches held``):
+line gives the share (``timed kernel launches ..., N% of the Ss of device time the benches held``):
 
     python -m tools.bench.small_tasks                               # the local GPU
     python -m tools.bench.small_tasks --print-manifest > tuning.yaml
