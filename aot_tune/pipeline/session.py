@@ -139,13 +139,17 @@ class TuneSession:
             self.executors.devices.start()
 
     # -- compile ---------------------------------------------------------------------------
-    def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+    def queue_compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
         """The compile task: queues the compile (unless a bench already ran it) and returns, so doit
         reaches the bench tasks, which stream behind the compiles (aot_tune.pipeline.streaming)."""
         with self._driver_lock:
             if self._driver is None:
                 self._driver = ThreadPoolExecutor(self.executors.compile_jobs, thread_name_prefix="aot_tune-compile")
         self.claims.schedule(unit.name, lambda: self._compile(kp, unit), self._driver)
+
+    def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+        """Compile now, unless it was queued or run before: then wait until it ended."""
+        self.claims.run_once(unit.name, lambda: self._compile(kp, unit))
 
     def stop_compiles(self) -> None:
         """Drop the queued compiles no bench waited for (a run cut short); the running ones end with the pool."""
@@ -184,27 +188,24 @@ class TuneSession:
         start, began = time.perf_counter(), time.time()
         hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
         try:
-            if unit.search.exhaustive:
-                entries, fresh = self._measure_all(kp, unit, hold, previous, device)
-            else:  # a search needs every compile's verdict before it starts
-                waiting = time.perf_counter()
-                for _ in self._landed(kp, unit, list(unit.probes), device):
-                    pass
-                self.seconds["waited for compiles"] += time.perf_counter() - waiting
-                entries, fresh, search_info = self._search(kp, unit, hold.lease(), previous, device)
-            hits, misses = hold.counts()  # the baselines' compiles are not the compile stage's
-            self.cache_hits, self.cache_misses = self.cache_hits + hits, self.cache_misses + misses
-            if self.staleness.baselines_to_measure(kp, unit):
-                baselines = self._measure_baselines(kp, unit, hold.lease(), device)
-            hold.lease()  # a task that measured nothing still reads the device's info
-            hold.release()
-            info = hold.info
+            try:
+                if unit.search.exhaustive:
+                    entries, fresh = self._measure_all(kp, unit, hold, previous, device)
+                else:  # a search needs every compile's verdict before it starts
+                    waiting, _ = time.perf_counter(), list(self._landed(kp, unit, list(unit.probes), device))
+                    self.seconds["waited for compiles"] += time.perf_counter() - waiting
+                    entries, fresh, search_info = self._search(kp, unit, hold.lease(), previous, device)
+                hits, misses = hold.counts()  # the baselines' compiles are not the compile stage's
+                self.cache_hits, self.cache_misses = self.cache_hits + hits, self.cache_misses + misses
+                if self.staleness.baselines_to_measure(kp, unit):
+                    baselines = self._measure_baselines(kp, unit, hold.lease(), device)
+                info = hold.lease().info  # a task that measured nothing still takes a device for it
+            finally:
+                hold.release()
+                self.seconds["device held"] += hold.held_s
         except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return StageFailure(f"{unit.name}: {exc}")
-        finally:
-            hold.release()
-            self.seconds["device held"] += hold.held_s
         targets = kp.bench_targets(device)
         failed = self.claims.failures(cu.name for c in unit.probes for cu in kp.compiles_for(unit, c, targets))
         if failed:
@@ -273,7 +274,7 @@ class TuneSession:
                             lambda cu: self.claims.finished(cu.name) or
                             read_compile_result(cu.output, cu.fingerprint) is not None,
                             lambda cu: self.claims.claimed(cu.name),
-                            lambda cu: self.claims.run_once(cu.name, lambda: self._compile(kp, cu)), on_wait)
+                            lambda cu: self.compile(kp, cu), on_wait)
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                 device: DeviceModel):

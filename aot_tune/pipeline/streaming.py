@@ -121,7 +121,6 @@ class DeviceHold:
         self._since = 0.0
         self.cache_hits = self.cache_misses = 0
         self.held_s = 0.0
-        self.info = None
 
     def lease(self):
         """The device, taken now if not held (waiting for a free one and for its worker)."""
@@ -147,7 +146,4 @@ class DeviceHold:
             self.held_s += time.perf_counter() - self._since
         self._since = 0.0
         self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
-        try:
-            self.info = lease.info
-        finally:
-            stack.close()
+        stack.close()
