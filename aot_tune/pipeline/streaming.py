@@ -9,7 +9,8 @@ waits for its compiles to land. Where one was never queued (only bench tasks sel
 bench claims it and runs it itself. Every compile runs once: the first to claim it runs it, the
 others wait for it (``CompileClaims``); a compile that raised is reported by the benches that
 needed it. The record does not depend on the waves: a record holds its measurements sorted by
-config id, and every config is measured once either way.
+config id, and every config is measured once either way. While it waits, a bench lets its device
+go (``DeviceHold``), so that a bench whose configs have landed measures meanwhile.
 """
 from __future__ import annotations
 
