@@ -1,5 +1,6 @@
-"""bench: one task per (kernel, shape, dtype, device model), after its configs compiled and, for
-a budgeted search with transfer, after the shapes that seed it."""
+"""bench: one task per (kernel, shape, dtype, device model), streaming behind the compiles (no
+task_dep on them: it measures its configs as their compiles land, aot_tune.pipeline.streaming;
+a budgeted search starts once all of them have), after the shapes that seed a search with transfer."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -16,15 +17,13 @@ def tasks(session) -> Iterator[dict]:
     devices = ", ".join(d.key for d in plan.devices)
     yield {"basename": "bench", "name": None, "doc": f"benchmark each shape x dtype on each device model ({devices})"}
     for kp, unit in units:
-        targets = kp.bench_targets(plan.device_of(unit))
-        compiles = [c.name for config in unit.probes for c in kp.compiles_for(unit, config, targets)]
         seeds = [kp.bench_of((shape, unit.dtype), unit.device).name for shape in unit.sources]
         yield {
             "basename": "bench",
             "name": unit.name.partition(":")[2],
             "doc": f"benchmark {unit.kernel} on {unit.dtype} {unit.shape}",
             "actions": [(session.bench, (kp, unit))],
-            "task_dep": compiles + seeds,
+            "task_dep": seeds,
             "uptodate": [lambda kp=kp, unit=unit: staleness.bench_done(kp, unit)],
             "verbosity": 0,
         }

@@ -1,4 +1,5 @@
-"""compile: one task per (kernel, config, specialization, target), run on the compile worker pool."""
+"""compile: one task per (kernel, config, specialization, target): it queues its compile for the
+compile worker pool and returns (the bench tasks wait for the compiles they need)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -22,7 +23,7 @@ def tasks(session) -> Iterator[dict]:
             "basename": "compile",
             "name": unit.name.partition(":")[2],
             "doc": f"compile {unit.config.label()} for {unit.target}, specialization {unit.specialization}",
-            "actions": [(session.compile, (kp, unit))],
+            "actions": [(session.queue_compile, (kp, unit))],
             "uptodate": [lambda kp=kp, unit=unit: not staleness.compile_needed(kp, unit)],
             "verbosity": 0,
         }

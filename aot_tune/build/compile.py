@@ -7,6 +7,7 @@ bench stage shares. Runs in compile worker processes (see executors.py); nothing
 """
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -92,6 +93,11 @@ class CompileResult:
     stack_bytes: int | None = None
     local_bytes: int | None = None
     resources_unknown: str = ""
+    # Seconds per lowering stage (ttir, ttgir, llir, ptx, cubin), the TTGIR's shared-memory lower
+    # bound, and the stage after which a config over the limit was stopped ("" if none was).
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    ttgir_shared_bound: int = 0
+    rejected_at: str = ""
 
     @property
     def valid(self) -> bool:
@@ -151,8 +157,11 @@ def recorded_compile_seconds(output: Path) -> float | None:
     return float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else None
 
 
-def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
-    """Compile every specialization of one config for one target; never raises for kernel faults."""
+def compile_config(request: CompileRequest, config_id: str, *, stop_early: bool = True) -> CompileResult:
+    """Compile every specialization of one config for one target; never raises for kernel faults.
+    A config whose shared memory is proven over the target's limit stops at the first stage that
+    proves it (after ttgir from a lower bound, after llir exactly); ``stop_early=False`` lowers it
+    all the way (to profile the stages, or to check the early verdicts against the full ones)."""
     import torch
 
     triton_compat.pin_environment()
@@ -163,10 +172,11 @@ def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
     arch = triton_compat.parse_target(request.target)
     limit = triton_compat.shared_memory_limit(arch)
     counter = triton_compat.CacheHitCounter()
+    stages = triton_compat.StageLog()
     start = time.perf_counter()
     try:
         with counter.installed(), triton_compat.target_driver(arch), \
-                triton_compat.stop_when_shared_memory_exceeds(arch, limit), \
+                triton_compat.watched_stages(arch, limit if stop_early else sys.maxsize) as stages, \
                 triton_compat.compile_instead_of_launch(kernel_fn) as captured:
             for shape in request.shapes:
                 for dtype in request.dtypes:
@@ -178,8 +188,12 @@ def compile_config(request: CompileRequest, config_id: str) -> CompileResult:
         result.message = _one_line(exc) if reason else _short_traceback(exc)
         if isinstance(exc, triton_compat.SharedMemoryExceeded):
             result.shared_bytes = exc.shared
-            result.message = f"needs {exc.shared} bytes of shared memory, {request.target} allows {limit}"
+            result.rejected_at = exc.proven_at
+            at_least = "at least " if exc.proven_at != "llir" else ""
+            result.message = f"needs {at_least}{exc.shared} bytes of shared memory, {request.target} allows {limit}"
     result.seconds = time.perf_counter() - start
+    result.stage_seconds = {name: round(seconds, 4) for name, seconds in stages.seconds.items()}
+    result.ttgir_shared_bound = stages.ttgir_shared_bound
     result.cache_hits, result.cache_misses = counter.hits, counter.misses
     if result.status == "ok":
         result.specializations = sorted({c.hash for c in captured})

@@ -13,9 +13,11 @@ from doit.exceptions import InvalidDodoFile, TaskFailed
 from doit.loader import generate_tasks
 
 from aot_tune.bench.local.detect import detect
+from aot_tune.build.deadline import CompileDeadline
 from aot_tune.codegen import entries_missing_from_cache
-from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_executor, opt_insecure_tcp, opt_manifest,
-                                       opt_scheduler, opt_tls_ca_file, opt_tls_cert, opt_tls_key, opt_worker_wait)
+from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_compile_deadline, opt_executor,
+                                       opt_insecure_tcp, opt_manifest, opt_scheduler, opt_tls_ca_file, opt_tls_cert,
+                                       opt_tls_key, opt_worker_wait)
 from aot_tune.errors import TuneError
 from aot_tune.pipeline.plan import Plan, build_plan
 from aot_tune.pipeline.session import StageFailure, TuneSession, eprint
@@ -76,7 +78,7 @@ class ManifestLoader(TaskLoader2):
     """Builds the stage tasks from the manifest; kernels named on the command line narrow it."""
 
     cmd_options = (opt_manifest, opt_backend, opt_executor, opt_scheduler, opt_tls_ca_file, opt_tls_cert,
-                   opt_tls_key, opt_insecure_tcp, opt_worker_wait)
+                   opt_tls_key, opt_insecure_tcp, opt_worker_wait, opt_compile_deadline)
 
     def __init__(self) -> None:
         super().__init__()
@@ -113,6 +115,10 @@ class ManifestLoader(TaskLoader2):
         from aot_tune import rules
         from aot_tune.rules import bench, compile, generate, merge
 
+        deadline = CompileDeadline(factor=float(self.options.get("compile_deadline", CompileDeadline.factor)))
+        if deadline.factor < 0:
+            raise InvalidDodoFile(f"--compile-deadline {deadline.factor:g}: a negative factor; fix: a factor over "
+                                  f"the median compile time (e.g. 10), or 0 for no deadline")
         cluster = None
         manifest = self.manifest
         try:
@@ -138,8 +144,8 @@ class ManifestLoader(TaskLoader2):
         jobs = int(self.options.get("num_process") or self.jobs)
         if cluster is not None:  # -n may exceed the local cores to keep a big cluster's GPUs busy; compiles may not
             jobs = min(jobs, self.jobs)
-        self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster),
-                                   staleness)
+        self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster,
+                                                   deadline=deadline), staleness)
         if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
             if plan.compile_only_note():
                 eprint(f"aot_tune: {plan.compile_only_note()}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from doit.exceptions import InvalidCommand
 
 from aot_tune.bench.local.detect import BACKENDS
+from aot_tune.build.deadline import CompileDeadline
 
 #: doit's database, relative to the manifest's folder (sqlite3: one file, safe with threads).
 DOIT_DB = ".aot_tune/doit.sqlite3"
@@ -59,6 +60,13 @@ opt_worker_wait = {
     "name": "worker_wait", "long": "worker-wait", "type": float, "default": 60.0,
     "help": "with --executor dask: seconds to wait for a bench worker of a device model before "
             "its bench tasks fail [default: %(default)s]",
+}
+
+opt_compile_deadline = {
+    "name": "compile_deadline", "long": "compile-deadline", "type": float, "default": CompileDeadline.factor,
+    "help": f"give up a compile that runs this many times longer than the median valid compile of its kernel "
+            f"and target in this run (at least {CompileDeadline.min_s:g} s, after {CompileDeadline.peers} such "
+            f"compiles): it is recorded as timeout, never chosen; 0: no deadline [default: %(default)s]",
 }
 
 

@@ -18,6 +18,7 @@ from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
 from aot_tune.pipeline.plan import WORK_DIR
 from aot_tune.pipeline.runlog import append_run
 from aot_tune.pipeline.session import eprint
+from aot_tune.pipeline.summary import run_record, run_summary
 
 #: doit's options, as tune means them (the help text matches the README).
 TUNE_OPTIONS = {
@@ -86,15 +87,16 @@ class TuneCommand(HelpOption, Run):
             finally:
                 session = self.loader.session
                 if session is not None:
+                    session.stop_compiles()
                     session.executors.close()
-                    summary = session.summary()
+                    summary = run_summary(session)
                     if summary:
                         eprint(summary)
                     if result == 0 and reporter is not None and not reporter.ran:
                         # `python -m doit` has no program name of its own (doit takes "-m")
                         program = self.bin_name if self.bin_name.isidentifier() else "doit"
                         print(nothing_to_do(session.plan, program), file=reporter.outstream, flush=True)
-                    run = session.run_record(started, time.time(), ok=result == 0)
+                    run = run_record(session, started, time.time(), ok=result == 0)
                     if run is not None:
                         append_run(work_dir, run)
         return result

@@ -12,7 +12,6 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
@@ -27,9 +26,9 @@ from aot_tune.manifest import BenchSettings
 from aot_tune.build.compile import CompileRecord, read_compile_result
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.recording import (assemble_record, baselines_to_proto, measurement_proto,
-                                         no_config_passed, search_proto)
-from aot_tune.pipeline.runlog import RunRecord
+                                         no_config_passed, search_proto, share_out)
 from aot_tune.pipeline.staleness import Staleness
+from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
@@ -76,6 +75,9 @@ class TuneSession:
         self.spans: dict[str, list[float]] = {}  # stage -> [first start, last end], time.time()
         self._spans_lock = threading.Lock()
         self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
+        self.claims = CompileClaims()
+        self._driver: ThreadPoolExecutor | None = None  # runs the queued compiles (see compile)
+        self._driver_lock = threading.Lock()
 
     def _span(self, stage: str, start: float, end: float) -> None:
         with self._spans_lock:
@@ -114,6 +116,7 @@ class TuneSession:
         for (kp, _), result in zip(requests, results):
             kp.specializations.add(result)
             self.specialized["launches"] += result.launches
+            self.seconds["capture"] += result.seconds
         for kp in {id(kp): kp for kp, _ in requests}.values():
             kp.specializations.write(kp.specializations_path)
             kp.plan_compiles(self.plan.toolchain, self.plan.work_dir)
@@ -121,7 +124,9 @@ class TuneSession:
         self._span("specialize", began, time.time())
         eprint(f"[specialize] {self.specialized['launches']} launches of "
                f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
-               f"{time.perf_counter() - start:.1f}s (worker start-up included)")
+               f"{time.perf_counter() - start:.1f}s (worker start-up included; the launches "
+               f"{self.seconds['capture']:.2f}s of worker time, "
+               f"{1e3 * self.seconds['capture'] / max(self.specialized['launches'], 1):.2f} ms each)")
 
     def start_workers(self) -> None:
         """Start the workers the stale tasks will need now, before doit runs the first of them:
@@ -133,7 +138,24 @@ class TuneSession:
             self.executors.devices.start()
 
     # -- compile ---------------------------------------------------------------------------
+    def queue_compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+        """The compile task: queues the compile (unless a bench already ran it) and returns, so doit
+        reaches the bench tasks, which stream behind the compiles (aot_tune.pipeline.streaming)."""
+        with self._driver_lock:
+            if self._driver is None:
+                self._driver = ThreadPoolExecutor(self.executors.compile_jobs, thread_name_prefix="aot_tune-compile")
+        self.claims.schedule(unit.name, lambda: self._compile(kp, unit), self._driver)
+
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+        """Compile now, unless it was queued or run before: then wait until it ended."""
+        self.claims.run_once(unit.name, lambda: self._compile(kp, unit))
+
+    def stop_compiles(self) -> None:
+        """Drop the queued compiles no bench waited for (a run cut short); the running ones end with the pool."""
+        if self._driver is not None:
+            self._driver.shutdown(wait=False, cancel_futures=True)
+
+    def _compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
         if "bench" in self.progress and self.progress["bench"].total:
             self.executors.devices.start()  # device workers start while the compiles run
         spec = kp.spec
@@ -166,25 +188,32 @@ class TuneSession:
         previous = self.staleness.previous_record(kp, unit)
         search_info = None
         baselines: dict[str, ConfigMeasurement] = {}
-        began = time.time()
+        start, began = time.perf_counter(), time.time()
+        hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
         try:
-            with self.executors.devices.lease(device) as lease:  # a local GPU, or a cluster's GPU of this model
-                lease.ready()  # a worker's start-up is not part of any measurement's seconds
-                # nor of the record's: bench tasks run on many threads and wait here for a free
-                # device, and a record counting that wait summed to minutes for a 75 s bench stage
-                start = time.perf_counter()
+            try:
                 if unit.search.exhaustive:
-                    entries, fresh = self._measure_all(kp, unit, lease, previous, device)
-                else:
-                    entries, fresh, search_info = self._search(kp, unit, lease, previous, device)
-                info = lease.info
-                self.cache_hits += lease.cache_hits
-                self.cache_misses += lease.cache_misses
+                    entries, fresh = self._measure_all(kp, unit, hold, previous, device)
+                else:  # a search needs every compile's verdict before it starts
+                    waiting, _ = time.perf_counter(), list(self._landed(kp, unit, list(unit.probes), device))
+                    self.seconds["waited for compiles"] += time.perf_counter() - waiting
+                    entries, fresh, search_info = self._search(kp, unit, hold.lease(), previous, device)
+                hits, misses = hold.counts()  # the baselines' compiles are not the compile stage's
+                self.cache_hits, self.cache_misses = self.cache_hits + hits, self.cache_misses + misses
                 if self.staleness.baselines_to_measure(kp, unit):
-                    baselines = self._measure_baselines(kp, unit, lease, device)
+                    baselines = self._measure_baselines(kp, unit, hold.lease(), device)
+                info = hold.lease().info  # a task that measured nothing still takes a device for it
+            finally:
+                hold.release()
+                self.seconds["device held"] += hold.held_s
         except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return StageFailure(f"{unit.name}: {exc}")
+        targets = kp.bench_targets(device)
+        failed = self.claims.failures(cu.name for c in unit.probes for cu in kp.compiles_for(unit, c, targets))
+        if failed:
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            return StageFailure(f"{unit.name}: {failed}")
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
         self._span("bench", began, time.time())
@@ -192,8 +221,9 @@ class TuneSession:
         self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in fresh
                                         if m.method in ("events", "graph")) / 1e3
         self.baseline_status.update(f"{role} {m.status}" for role, m in baselines.items())
+        # the record's seconds are the device's: not the wait for a free one or for compiles
         record = assemble_record(kp, unit, self.plan.device_of(unit), self.plan.toolchain, info, previous,
-                                 entries, fresh, elapsed, self._previous_pick(kp, unit, previous))
+                                 entries, fresh, hold.held_s, self._previous_pick(kp, unit, previous))
         baselines_to_proto(record, unit, previous, baselines)
         if search_info is not None:
             record.search.CopyFrom(search_info)
@@ -211,23 +241,44 @@ class TuneSession:
             tally["seconds"] += search_info.seconds
         self.progress["bench"].advance(note)
 
-    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
+    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
                      device: DeviceModel):
-        """Every planned config the previous record lacks, as one pipelined batch; the rest is
-        kept from the previous record."""
-        to_measure = self.staleness.configs_to_measure(kp, unit)
-        invalid = self._invalid_configs(kp, unit, to_measure)
+        """Every planned config the previous record lacks, in pipelined batches of the configs
+        whose compiles have landed (aot_tune.pipeline.streaming); the rest is kept from the
+        previous record."""
         planned = {c.id: c for c in unit.configs}
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
-        fresh = [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in to_measure if c.id in invalid]
-        requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in to_measure if c.id not in invalid]
         timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
-        measured, seconds = _measure_batch(lease, requests, device, timeout_s)
+        fresh: list[ConfigMeasurement] = []
+        waves = self._landed(kp, unit, self.staleness.configs_to_measure(kp, unit), device, hold.release)
+        while True:
+            waiting = time.perf_counter()
+            wave = next(waves, None)
+            self.seconds["waited for compiles"] += time.perf_counter() - waiting  # without the device
+            if wave is None:
+                break
+            invalid = self._invalid_configs(kp, unit, wave)
+            fresh += [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in wave if c.id in invalid]
+            requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in wave if c.id not in invalid]
+            if not requests:
+                continue
+            measured, seconds = _measure_batch(hold.lease(), requests, device, timeout_s)
+            for m in measured:
+                entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
+            fresh += measured
         for m in fresh:
-            entries[m.config_id] = measurement_proto(m, planned[m.config_id])
-        for m in measured:
-            entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
-        return entries, fresh + measured
+            if m.status == "invalid":
+                entries[m.config_id] = measurement_proto(m, planned[m.config_id])
+        return entries, fresh
+
+    def _landed(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config], device: DeviceModel,
+                on_wait=lambda: None):
+        """``configs`` in waves as their compiles for ``device`` land (aot_tune.pipeline.streaming)."""
+        return landed_waves(configs, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
+                            lambda cu: self.claims.finished(cu.name) or
+                            read_compile_result(cu.output, cu.fingerprint) is not None,
+                            lambda cu: self.claims.claimed(cu.name),
+                            lambda cu: self.compile(kp, cu), on_wait)
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                 device: DeviceModel):
@@ -375,87 +426,13 @@ class TuneSession:
         return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name,
                              kp.spec.combo_table)
 
-    # -- summary ---------------------------------------------------------------------------
-    def run_record(self, started: float, ended: float, ok: bool) -> RunRecord | None:
-        """Where this run's time went (aot_tune.pipeline.runlog); None when no stage ran."""
-        if not self.spans:
-            return None
-        return RunRecord(
-            started_at=datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-            wall_s=round(ended - started, 3), ok=ok, device=self.plan.device.key, backend=self.plan.device.backend,
-            kernels=sorted(kp.spec.name for kp in self.plan.kernels),
-            stages={stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in self.spans.items()},
-            worker_seconds={k: round(v, 3) for k, v in sorted(self.seconds.items())},
-            compile=dict(self.compile_status), bench=dict(self.bench_status), baselines=dict(self.baseline_status),
-        )
-
-    def summary(self) -> str:
-        lines = []
-        if self.specialized:
-            lines.append(f"specialize: {self.specialized['launches']} launches captured; "
-                         f"{self.specialized['specializations']} specializations planned")
-        if self.compile_status:
-            total = sum(self.compile_status.values())
-            invalid = {k: v for k, v in sorted(self.compile_status.items()) if k != "ok"}
-            by_reason = ", ".join(f"{k} {v}" for k, v in invalid.items()) or "none"
-            lines.append(f"compile: {total} compiled, {self.compile_status['ok']} valid, "
-                         f"{sum(invalid.values())} invalid ({by_reason}); {self.seconds['compile']:.1f}s of worker time")
-        if self.baseline_status:
-            measured = ", ".join(f"{k} {v}" for k, v in sorted(self.baseline_status.items()))
-            lines.append(f"baselines: {measured}")
-        if self.bench_status:
-            total = sum(self.bench_status.values())
-            failed = ", ".join(f"{k} {v}" for k, v in sorted(self.bench_status.items()) if k != "ok") or "none"
-            line = f"bench: {total} config measurements, {self.bench_status['ok']} ok, failed: {failed}"
-            if any(d.backend == "cuda" for d in self.plan.devices):
-                lookups = self.cache_hits + self.cache_misses
-                rate = 100.0 * self.cache_hits / lookups if lookups else 100.0
-                line += f"; Triton cache hit rate {rate:.0f}% ({self.cache_hits}/{lookups})"
-            lines.append(line)
-            lines.append(self._bench_timing())
-        for described, tally in sorted(self.searched.items()):
-            lines.append(f"search: {described}: {tally['shapes']} shapes, {tally['measured']} of "
-                         f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
-        return "\n".join(lines)
-
-    def _bench_timing(self) -> str:
-        """The bench stage's wall time, and how much of it waited for device workers to start
-        (torch and CUDA start-up: in a full run they start while the compiles run)."""
-        first, last = self.spans["bench"]
-        pool = self.executors.devices
-        started, ready = pool.started_at, pool.ready_at
-        if ready is None:  # a cluster's workers were up before the run
-            return f"bench stage: {last - first:.1f}s; timed kernel launches {self.seconds['measured']:.1f}s"
-        devices = self.plan.device.count
-        waited = max(0.0, min(ready, last) - first)
-        line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
-                f"{last - first - waited:.1f}s of it after the device workers were up "
-                f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)")
-        if self.seconds["measured"]:
-            busy = (last - first - waited) * devices
-            line += (f"; timed kernel launches {self.seconds['measured']:.1f}s, "
-                     f"{self.seconds['measured'] / max(busy, 1e-9):.0%} of the device time after start-up")
-        return line
-
-
 def _measure_batch(lease: DeviceLease, requests: list[BenchRequest], device: DeviceModel, timeout_s: float
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
     """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
     each one's share of the batch's wall seconds."""
     began = time.perf_counter()
     measured = list(lease.measure_all(requests, timeout_s))
-    return measured, _share_out(time.perf_counter() - began, measured)
-
-
-def _share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, float]:
-    """A pipelined batch's wall time shared out over its measurements in proportion to each one's
-    own phases on the device worker (less the graph capture, which overlapped the previous
-    config's timed launches), so that they add up to what the batch cost."""
-    own = {m.config_id: sum(s for phase, s in m.phase_seconds.items() if phase != "capture") for m in measured}
-    total = sum(own.values())
-    if total <= 0:
-        return {config_id: wall / max(len(own), 1) for config_id in own}
-    return {config_id: wall * value / total for config_id, value in own.items()}
+    return measured, share_out(time.perf_counter() - began, measured)
 
 
 def eprint(message: str) -> None:

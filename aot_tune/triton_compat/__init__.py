@@ -3,6 +3,7 @@ Each module's docstring lists the internals it relies on, and why:
 
 * ``target``: compiling for a GPU that is not there (the stand-in driver, shared memory limits,
   compile errors), and the toolchain versions and environment a compile depends on;
+* ``stages``: a compile's lowering stages timed, and stopped once its shared memory is proven too much;
 * ``launch``: the launch path intercepted, to compile, load or capture a specialization instead;
 * ``binary``: a compiled kernel's registers and local memory, from its cubin;
 * ``disk_cache``: Triton's on-disk cache, its hits, and moving an entry to another cache folder;
@@ -15,17 +16,18 @@ from aot_tune.triton_compat.launch import (CapturedCompile, Specialization, capt
                                            compile_instead_of_launch, jit_function, load_instead_of_launch)
 from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, SharedMemoryExceeded, compile_error_kind,
                                            parse_target, pin_environment, shared_memory_limit,
-                                           stop_when_shared_memory_exceeds, target_driver, triton_driver_created,
+                                           target_driver, triton_driver_created,
                                            versions)
+from aot_tune.triton_compat.stages import StageLog, ttgir_shared_lower_bound, watched_stages
 from aot_tune.triton_compat.warm import (hash_installation, import_first_launch_modules, installation_identity,
                                          jit_with_compile_path, load_cached_kernel, prepare_runtime, warm_start_key,
                                          wrap_jit_compile)
 
 __all__ = ["PINNED_ENV", "SHARED_MEMORY_LIMIT", "CacheHitCounter", "CapturedCompile", "ResourceUsage",
-           "SharedMemoryExceeded", "Specialization", "cache_entry_folder", "capture_specializations",
+           "SharedMemoryExceeded", "StageLog", "Specialization", "cache_entry_folder", "capture_specializations",
            "compile_error_kind", "compile_instead_of_launch", "cuobjdump_path", "hash_installation",
            "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",
            "jit_with_compile_path", "load_cached_kernel", "load_instead_of_launch", "pack_cache_entry", "parse_target",
            "pin_environment", "prepare_runtime", "resource_usage", "shared_memory_limit",
-           "stop_when_shared_memory_exceeds", "target_driver", "triton_cache_dir", "triton_driver_created", "versions",
-           "warm_start_key", "wrap_jit_compile"]
+           "target_driver", "triton_cache_dir", "triton_driver_created", "versions",
+           "warm_start_key", "watched_stages", "wrap_jit_compile", "ttgir_shared_lower_bound"]

@@ -11,10 +11,8 @@ What this relies on (triton 3.6 to 3.9), and why:
   ``_active`` and ``_default`` stay None until a driver is created: the fork server of the
   workers checks that none was.
 * Launch options and errors: ``PTXASError`` at compile time; ``OutOfResources`` only when a
-  module is loaded on a device, hence the shared-memory check against the target's limit.
-* A backend's ``add_stages(stages, options, language)`` fills an ordered dict of stages (ttir,
-  ttgir, llir, ptx, cubin). Shared memory is allocated in the llir stage; we stop right after it
-  when the kernel cannot fit, skipping PTX and ptxas (more than half of such a compile).
+  module is loaded on a device, hence the shared-memory check against the target's limit
+  (made between the lowering stages by ``stages.watched_stages``).
 """
 from __future__ import annotations
 
@@ -142,42 +140,12 @@ def triton_driver_created() -> bool:
 class SharedMemoryExceeded(Exception):
     """Raised inside a compile as soon as the kernel's shared memory is known to exceed the limit."""
 
-    def __init__(self, shared: int, limit: int) -> None:
-        super().__init__(f"needs {shared} bytes of shared memory, the target allows {limit}")
+    def __init__(self, shared: int, limit: int, proven_at: str = "llir") -> None:
+        at_least = "at least " if proven_at != "llir" else ""
+        super().__init__(f"needs {at_least}{shared} bytes of shared memory, the target allows {limit}")
         self.shared = shared
         self.limit = limit
-
-
-@contextlib.contextmanager
-def stop_when_shared_memory_exceeds(arch: int, limit: int) -> Iterator[None]:
-    """Abort a compile for ``sm{arch}`` after the llir stage if its shared memory is over ``limit``."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
-
-    backend_type = type(make_backend(GPUTarget("cuda", arch, 32)))
-    original = backend_type.add_stages
-
-    def add_stages(self, stages, *args, **kwargs):
-        original(self, stages, *args, **kwargs)
-        names = list(stages)
-        if "llir" not in names or names[-1] == "llir":
-            return  # an unfamiliar pipeline: compile fully, the result is checked afterwards
-        after = names[names.index("llir") + 1]
-        next_stage = stages[after]
-
-        def checked(src, metadata):
-            shared = int(metadata.get("shared") or 0)
-            if shared > limit:
-                raise SharedMemoryExceeded(shared, limit)
-            return next_stage(src, metadata)
-
-        stages[after] = checked
-
-    backend_type.add_stages = add_stages
-    try:
-        yield
-    finally:
-        backend_type.add_stages = original
+        self.proven_at = proven_at
 
 
 def compile_error_kind(exc: BaseException) -> str | None:

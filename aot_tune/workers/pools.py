@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import statistics
 import sys
 import threading
+import time
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
 from aot_tune.workers import forking
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
+from aot_tune.build.deadline import CompileDeadline
 from aot_tune.errors import TuneError
 from aot_tune.bench.runner import DeviceModel, Runner
 from aot_tune.build.specialize import UNBOUND, SpecializeRequest, SpecializeResult, capture, launch_key
@@ -73,13 +77,19 @@ def worker_state(hold_s: float = 0.0) -> dict:
 
 class Executors:
     def __init__(self, device: DeviceModel, triton_cache_dir: Path, compile_jobs: int,
-                 compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, cluster=None) -> None:
-        """``cluster``: an ``aot_tune.bench.dask.ClusterDevices`` to bench on instead of local devices."""
+                 compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S, cluster=None,
+                 deadline: CompileDeadline = CompileDeadline()) -> None:
+        """``cluster``: an ``aot_tune.bench.dask.ClusterDevices`` to bench on instead of local devices.
+        ``deadline``: when a compile is given up relative to the valid compiles of its kernel and
+        target in this run (``compile_timeout_s`` is the absolute limit, for a hang)."""
         self.device = device
         self._cluster = cluster
         self.triton_cache_dir = str(triton_cache_dir)
         self.compile_jobs = max(1, compile_jobs)
         self.compile_timeout_s = compile_timeout_s
+        self.deadline = deadline
+        self._peer_seconds: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self._abandoned = 0
         self._compile_pool: cf.ProcessPoolExecutor | None = None
         self._device_pool: DevicePool | None = None
         self._compiles_started = False
@@ -129,7 +139,7 @@ class Executors:
         """Compile in the pool; a worker crash or hang becomes a typed result, and the pool is renewed."""
         pool = self._pool()
         try:
-            return pool.submit(compile_config, request, config_id).result(timeout=self.compile_timeout_s)
+            return self._await(pool.submit(compile_config, request, config_id), request, config_id)
         except cf.TimeoutError:
             self._replace_pool(pool)
             return self._timed_out(request, config_id)
@@ -145,6 +155,34 @@ class Executors:
                                  message="the compiler process died (alone on its worker)")
         finally:
             _kill(alone)
+
+    def _await(self, future: cf.Future, request: CompileRequest, config_id: str) -> CompileResult:
+        """The compile's result, or ``timeout`` once it has run past the batch's deadline: the
+        compile is abandoned (its worker finishes it, unread; the pool is killed at close), so
+        the tasks waiting on it go on. ``cf.TimeoutError`` past the absolute limit."""
+        peers = self._peer_seconds[(request.kernel, request.target)]
+        began = None
+        while True:
+            now = time.monotonic()
+            if began is None and future.running():
+                began = now
+            waited = 0.0 if began is None else now - began
+            limit = min(self.compile_timeout_s, self.deadline.seconds(peers))
+            try:
+                result = future.result(timeout=max(0.05, min(1.0, limit - waited)) if began else 0.2)
+            except cf.TimeoutError:
+                if began is None or time.monotonic() - began < limit:
+                    continue
+                if limit >= self.compile_timeout_s:
+                    raise
+                self._abandoned += 1
+                return CompileResult(request.kernel, config_id, request.target, status="timeout",
+                                     seconds=time.monotonic() - began,
+                                     message=f"compile deadline: over {limit:.0f} s ({self.deadline.describe()}, "
+                                             f"median {statistics.median(peers):.1f} s); --compile-deadline 0 turns it off")
+            if result.status == "ok":
+                peers.append(result.seconds)
+            return result
 
     def _timed_out(self, request: CompileRequest, config_id: str) -> CompileResult:
         return CompileResult(request.kernel, config_id, request.target, status="timeout",
@@ -204,7 +242,9 @@ class Executors:
             # The closed device pool stays, so the run summary reads its start-up times (a new one
             # would have none, and the summary would say the workers were up before the run).
             devices = self._device_pool
-        if pool is not None:
+        if pool is not None and self._abandoned:
+            _kill(pool)  # do not wait for the compiles the deadline gave up
+        elif pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         if devices is not None:
             devices.close()

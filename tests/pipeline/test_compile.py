@@ -141,3 +141,31 @@ def test_bench_compile_projects_a_chunk_by_its_share_of_the_worker_time(tmp_path
                          cwd=REPO, capture_output=True, text=True, timeout=120, check=True).stdout
     assert "projected   sequential     92.7 s for all 4 configs, from 1 measured (0.9 s x 103.00" in out, out
     assert "0.92x  (fan-out vs PROJECTED sequential)" in out, out
+
+
+#: Configs of the paper's space on both sides of sm90's 232448 bytes (fp16 A and B tiles, one per stage).
+NEAR_THE_LIMIT = [
+    {**SMALL, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "num_warps": 8},   # 196608: fits
+    {**SMALL, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 5, "num_warps": 8},   # 163840: fits
+    {**SMALL, "BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "num_warps": 8},   # 245760: over
+    {**SMALL, "BLOCK_M": 256, "BLOCK_N": 32, "BLOCK_K": 128, "num_stages": 4, "num_warps": 8},   # 294912: over
+]
+
+
+def test_the_early_rejection_agrees_with_the_full_compile(compile_executors):
+    """Stopped after ttgir exactly when the fully lowered kernel is over the limit, never for a
+    config that fits, and with the same result fields as the full compile."""
+    from aot_tune.build.compile import compile_config as compile_here
+
+    pool = compile_executors._pool()
+    for i, config in enumerate(NEAR_THE_LIMIT):
+        request = gemm_request(config, ({"M": 4096, "N": 4096, "K": 4096},))
+        early = pool.submit(compile_here, request, f"c{i}", stop_early=True).result()  # first: a full
+        full = pool.submit(compile_here, request, f"c{i}", stop_early=False).result()  # compile is cached
+        assert early.status == full.status, (config, early.message, full.message)
+        assert full.ttgir_shared_bound <= full.shared_bytes
+        if full.status == "shared_memory":
+            assert early.rejected_at == "ttgir" and "llir" not in early.stage_seconds
+            assert early.shared_bytes == full.shared_bytes and "sm90 allows 232448" in early.message
+        else:
+            assert early.rejected_at == "" and full.shared_bytes <= 232448

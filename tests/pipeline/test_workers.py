@@ -110,6 +110,29 @@ def crashy_request(root: Path, block: int) -> CompileRequest:
                           config={"BLOCK": block}, target="sm90", shapes=({"n": 64},), dtypes=("float16",))
 
 
+def test_a_compile_far_slower_than_its_peers_is_given_up_at_the_deadline(tmp_path):
+    """Past the deadline relative to the run's valid compiles, a compile is recorded as timeout
+    at once; its worker is left to it (the pool stays), the next compile runs on another worker,
+    and closing does not wait for the abandoned one."""
+    from aot_tune.build.deadline import CompileDeadline
+
+    root = crashing_project(tmp_path / "project")
+    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2,
+                          deadline=CompileDeadline(factor=3, min_s=2, peers=2))
+    try:
+        executors.start_compiles()
+        assert all(executors.compile(crashy_request(root, block), str(block)).valid for block in (64, 128))
+        pool, began = executors._pool(), time.monotonic()
+        slow = executors.compile(crashy_request(root, 2), "slow")
+        assert slow.status == "timeout" and slow.message.startswith("compile deadline: over 2 s")
+        assert time.monotonic() - began < 30 and executors._pool() is pool
+        assert executors.compile(crashy_request(root, 32), "32").valid
+    finally:
+        began = time.monotonic()
+        executors.close()
+        assert time.monotonic() - began < 30
+
+
 def test_a_crash_or_a_hang_renews_the_compile_pool(tmp_path):
     """A worker that dies (twice: the config is retried once, alone on a worker of its own) is
     recorded as crashed, one that hangs as timeout; each time the pool is replaced, and the next

@@ -74,6 +74,7 @@ def compile_once(project: Path, kernels: list[str], jobs: int, backend: str) -> 
     from aot_tune.manifest import load_manifest
     from aot_tune.pipeline.plan import build_plan
     from aot_tune.pipeline.session import TuneSession
+    from aot_tune.pipeline.summary import run_summary
 
     began = time.perf_counter()
     manifest = load_manifest(project / "tuning.yaml")
@@ -88,7 +89,7 @@ def compile_once(project: Path, kernels: list[str], jobs: int, backend: str) -> 
         session.start_stage("compile", len(units))
         with ThreadPoolExecutor(jobs) as threads:
             list(threads.map(lambda item: session.compile(*item), units))
-        print(f"  {session.summary()}", flush=True)
+        print(f"  {run_summary(session)}", flush=True)
     finally:
         executors.close()
     return time.perf_counter() - began

@@ -1,0 +1,150 @@
+"""Benches streaming behind compiles: an exhaustive bench task measures its configs in waves, each
+wave the configs whose compiles have landed, instead of waiting for every compile of its shape
+(one straggler compile would hold the GPU idle).
+
+A compile task only queues its compile on the run's compile driver (as many threads as compile
+workers, in doit's longest-first order) and returns, so doit reaches the bench tasks at once
+instead of after the last compile task started; a bench task depends on no compile task and
+waits for its compiles to land. Where one was never queued (only bench tasks selected), the
+bench claims it and runs it itself. Every compile runs once: the first to claim it runs it, the
+others wait for it (``CompileClaims``); a compile that raised is reported by the benches that
+needed it. The record does not depend on the waves: a record holds its measurements sorted by
+config id, and every config is measured once either way. While it waits, a bench lets its device
+go (``DeviceHold``), so that a bench whose configs have landed measures meanwhile.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from concurrent.futures import Executor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
+
+C = TypeVar("C")
+U = TypeVar("U")
+
+#: How often a bench with nothing landed looks again (a compile takes a second or more).
+POLL_S = 0.05
+
+
+class CompileClaims:
+    """Each compile of the run runs on exactly one thread: the first to claim it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done: dict[str, threading.Event] = {}
+        self.errors: dict[str, str] = {}  # name -> what the compile raised (not a kernel fault: those are results)
+
+    def _claim(self, name: str) -> threading.Event | None:
+        """The new claim's event, or None if ``name`` was claimed before."""
+        with self._lock:
+            if name in self._done:
+                return None
+            done = self._done[name] = threading.Event()
+            return done
+
+    def _run(self, name: str, work: Callable[[], None], done: threading.Event) -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - reported by the benches waiting for it
+            self.errors[name] = f"{type(exc).__name__}: {exc}"[:300]
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            done.set()
+
+    def schedule(self, name: str, work: Callable[[], None], driver: Executor) -> None:
+        """Queue ``work`` on ``driver`` if nobody claimed ``name`` yet; return at once."""
+        done = self._claim(name)
+        if done is not None:
+            driver.submit(self._run, name, work, done)
+
+    def run_once(self, name: str, work: Callable[[], None]) -> None:
+        """Run ``work`` here if nobody claimed ``name`` yet, else wait until its claimant finished."""
+        done = self._claim(name)
+        if done is not None:
+            self._run(name, work, done)
+            return
+        with self._lock:
+            done = self._done[name]
+        done.wait()
+
+    def failures(self, names: Iterable[str]) -> str:
+        """What the compiles of ``names`` raised (one line), or ""."""
+        failed = sorted({name: self.errors[name] for name in names if name in self.errors}.items())
+        return "; ".join(f"{name} failed: {error}" for name, error in failed[:3])
+
+    def claimed(self, name: str) -> bool:
+        with self._lock:
+            return name in self._done
+
+    def finished(self, name: str) -> bool:
+        """Whether the claimant of ``name`` finished (with a record written, or failing)."""
+        with self._lock:
+            done = self._done.get(name)
+        return done is not None and done.is_set()
+
+
+def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], landed: Callable[[U], bool],
+                 claimed: Callable[[U], bool], run_here: Callable[[U], None],
+                 on_wait: Callable[[], None] = lambda: None) -> Iterator[list[C]]:
+    """``configs`` in waves, in their order within each: every config whose compiles have all
+    landed (their record written, or their claimant finished), as soon as one has. With nothing
+    landed, a compile nobody claimed is run here (the first in config order), else the claimants
+    are waited for; ``on_wait`` is called before each wait (the bench lets its device go)."""
+    pending = list(configs)
+    while pending:
+        ready = [c for c in pending if all(landed(u) for u in compiles_of(c))]
+        if ready:
+            taken = set(map(id, ready))
+            pending = [c for c in pending if id(c) not in taken]
+            yield ready
+            continue
+        on_wait()
+        unclaimed = next((u for c in pending for u in compiles_of(c) if not landed(u) and not claimed(u)), None)
+        if unclaimed is not None:
+            run_here(unclaimed)
+        else:
+            threading.Event().wait(POLL_S)
+
+
+class DeviceHold:
+    """A bench task's hold on a device of its model, taken when it has configs to measure and let
+    go while it waits for compiles, so that a bench whose configs have landed measures meanwhile.
+    Counts the Triton cache hits of its leases and the seconds it held a device (after the
+    device's worker was up): the device time the bench stage's share of timed launches is of."""
+
+    def __init__(self, devices, device) -> None:
+        self._devices, self._device = devices, device
+        self._stack: contextlib.ExitStack | None = None
+        self._lease = None
+        self._since = 0.0
+        self.cache_hits = self.cache_misses = 0
+        self.held_s = 0.0
+
+    def lease(self):
+        """The device, taken now if not held (waiting for a free one and for its worker)."""
+        if self._lease is None:
+            stack = contextlib.ExitStack()
+            lease = stack.enter_context(self._devices.lease(self._device))
+            self._stack, self._lease = stack, lease
+            lease.ready()  # a worker's start-up is not part of any measurement's seconds
+            self._since = time.perf_counter()
+        return self._lease
+
+    def counts(self) -> tuple[int, int]:
+        """Triton cache hits and misses of every lease so far, the held one included."""
+        held = self._lease
+        return (self.cache_hits + (held.cache_hits if held else 0), self.cache_misses + (held.cache_misses if held else 0))
+
+    def release(self) -> None:
+        if self._lease is None:
+            return
+        lease, stack = self._lease, self._stack
+        self._lease = self._stack = None
+        if self._since:
+            self.held_s += time.perf_counter() - self._since
+        self._since = 0.0
+        self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
+        stack.close()

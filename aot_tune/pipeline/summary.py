@@ -1,0 +1,76 @@
+"""What a run did, read off its session once it ends: the closing summary lines and the run log's
+record (aot_tune.pipeline.runlog)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from aot_tune.pipeline.runlog import RunRecord
+
+if TYPE_CHECKING:
+    from aot_tune.pipeline.session import TuneSession
+
+
+def run_record(session: TuneSession, started: float, ended: float, ok: bool) -> RunRecord | None:
+    """Where this run's time went (aot_tune.pipeline.runlog); None when no stage ran."""
+    if not session.spans:
+        return None
+    return RunRecord(
+        started_at=datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+        wall_s=round(ended - started, 3), ok=ok, device=session.plan.device.key, backend=session.plan.device.backend,
+        kernels=sorted(kp.spec.name for kp in session.plan.kernels),
+        stages={stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in session.spans.items()},
+        worker_seconds={k: round(v, 3) for k, v in sorted(session.seconds.items())},
+        compile=dict(session.compile_status), bench=dict(session.bench_status), baselines=dict(session.baseline_status),
+    )
+
+def run_summary(session: TuneSession) -> str:
+    """The run's closing lines: what was specialized, compiled, measured and searched."""
+    lines = []
+    if session.specialized:
+        lines.append(f"specialize: {session.specialized['launches']} launches captured; "
+                     f"{session.specialized['specializations']} specializations planned")
+    if session.compile_status:
+        total = sum(session.compile_status.values())
+        invalid = {k: v for k, v in sorted(session.compile_status.items()) if k != "ok"}
+        by_reason = ", ".join(f"{k} {v}" for k, v in invalid.items()) or "none"
+        lines.append(f"compile: {total} compiled, {session.compile_status['ok']} valid, "
+                     f"{sum(invalid.values())} invalid ({by_reason}); {session.seconds['compile']:.1f}s of worker time")
+    if session.baseline_status:
+        measured = ", ".join(f"{k} {v}" for k, v in sorted(session.baseline_status.items()))
+        lines.append(f"baselines: {measured}")
+    if session.bench_status:
+        total = sum(session.bench_status.values())
+        failed = ", ".join(f"{k} {v}" for k, v in sorted(session.bench_status.items()) if k != "ok") or "none"
+        line = f"bench: {total} config measurements, {session.bench_status['ok']} ok, failed: {failed}"
+        if any(d.backend == "cuda" for d in session.plan.devices):
+            lookups = session.cache_hits + session.cache_misses
+            rate = 100.0 * session.cache_hits / lookups if lookups else 100.0
+            line += f"; Triton cache hit rate {rate:.0f}% ({session.cache_hits}/{lookups})"
+        lines.append(line)
+        lines.append(_bench_timing(session))
+    for described, tally in sorted(session.searched.items()):
+        lines.append(f"search: {described}: {tally['shapes']} shapes, {tally['measured']} of "
+                     f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
+    return "\n".join(lines)
+
+def _bench_timing(session: TuneSession) -> str:
+    """The bench stage's wall time, and how much of it waited for device workers to start
+    (torch and CUDA start-up: in a full run they start while the compiles run)."""
+    first, last = session.spans["bench"]
+    pool = session.executors.devices
+    started, ready = pool.started_at, pool.ready_at
+    if ready is None:  # a cluster's workers were up before the run
+        return f"bench stage: {last - first:.1f}s; timed kernel launches {session.seconds['measured']:.1f}s"
+    devices = session.plan.device.count
+    waited = max(0.0, min(ready, last) - first)
+    compiles = session.seconds["waited for compiles"]
+    line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
+            f"{last - first - waited:.1f}s of it after the device workers were up "
+            f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)"
+            + (f"; benches waited {compiles:.1f}s for compiles to land, without a device" if compiles >= 0.05 else ""))
+    if session.seconds["measured"]:
+        busy = session.seconds["device held"]  # by the benches, from when its worker was up
+        line += (f"; timed kernel launches {session.seconds['measured']:.1f}s, "
+                 f"{session.seconds['measured'] / max(busy, 1e-9):.0%} of the {busy:.1f}s of device time the benches held")
+    return line

@@ -1,0 +1,161 @@
+"""Benches streaming behind compiles: configs in waves as their compiles land, every compile run
+once whichever thread claims it first."""
+from __future__ import annotations
+
+import threading
+
+from aot_tune.pipeline.streaming import CompileClaims, landed_waves
+
+
+def test_configs_come_in_waves_as_their_compiles_land_in_config_order():
+    landed = {"a1", "b1"}
+    compiles = {"a": ["a1"], "b": ["b1", "b2"], "c": ["c1"]}
+    claims = CompileClaims()
+    ran = []
+
+    def run_here(name):
+        claims.run_once(name, lambda: (ran.append(name), landed.add(name)))
+
+    waves = landed_waves(["a", "b", "c"], compiles.__getitem__, landed.__contains__, claims.claimed, run_here)
+    assert next(waves) == ["a"]
+    # Nothing else landed and nobody claimed b2: the bench compiles it itself, first in config order.
+    assert next(waves) == ["b"] and ran == ["b2"]
+    landed.add("c1")
+    assert next(waves) == ["c"] and ran == ["b2"]
+    assert next(waves, None) is None
+
+
+def test_a_bench_waits_for_a_compile_another_thread_claimed():
+    claims, landed, release = CompileClaims(), set(), threading.Event()
+
+    def compile_task():
+        release.wait(10)
+        landed.add("x1")
+
+    worker = threading.Thread(target=claims.run_once, args=("x1", compile_task))
+    worker.start()
+    while not claims.claimed("x1"):
+        pass
+    waves = landed_waves(["x"], lambda c: ["x1"], landed.__contains__, claims.claimed,
+                         lambda name: claims.run_once(name, lambda: landed.add("ran here")))
+    threading.Timer(0.2, release.set).start()
+    assert next(waves) == ["x"] and "ran here" not in landed
+    worker.join()
+
+
+def test_a_claimed_compile_runs_once_and_later_claimants_wait_for_it():
+    claims, runs = CompileClaims(), []
+    started, release = threading.Event(), threading.Event()
+
+    def work():
+        runs.append(1)
+        started.set()
+        release.wait(10)
+
+    first = threading.Thread(target=claims.run_once, args=("u", work))
+    first.start()
+    started.wait(10)
+    second = threading.Thread(target=claims.run_once, args=("u", work))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive() and not claims.finished("u")  # waiting for the first claimant
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert runs == [1] and claims.finished("u")
+
+
+def test_a_scheduled_compile_returns_at_once_and_a_failure_is_reported_to_its_benches():
+    from concurrent.futures import ThreadPoolExecutor
+
+    claims, release = CompileClaims(), threading.Event()
+
+    def failing():
+        release.wait(10)
+        raise OSError("disk full")
+
+    with ThreadPoolExecutor(1) as driver:
+        claims.schedule("u", failing, driver)
+        claims.schedule("u", lambda: None, driver)  # claimed already: not queued again
+        assert claims.claimed("u") and not claims.finished("u")
+        release.set()
+        claims.run_once("u", lambda: None)  # waits for the claimant
+    assert claims.finished("u") and claims.failures(["u", "v"]) == "u failed: OSError: disk full"
+
+
+def test_the_record_does_not_depend_on_the_waves():
+    """Measured in one batch or in waves as compiles land, a bench task records the same
+    measurements (but for each one's share of its batch's wall time) and picks the same config."""
+    import itertools
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from aot_tune.bench.runner import ConfigMeasurement
+    from aot_tune.manifest import BenchSettings
+    from aot_tune.pipeline.session import TuneSession
+    from aot_tune.select import choose
+    from aot_tune.space import Config
+
+    configs = [Config.from_dict({"A": a, "B": b}) for a, b in itertools.product([16, 32, 64], [1, 2, 4])]
+    invalid = {configs[4].id: "shared_memory: needs at least 300000 bytes"}
+
+    class Lease:
+        def measure_all(self, requests, timeout_s):
+            for r in reversed(requests):
+                t = 1.0 + configs.index(next(c for c in configs if c.id == r.config_id)) % 5 / 7
+                yield ConfigMeasurement(r.config_id, "ok", times_ms=[t] * 12, method="events",
+                                        phase_seconds={"check": 0.001, "timed": t / 50})
+
+    def measure(waves):
+        session = TuneSession.__new__(TuneSession)
+        session.seconds = Counter()
+        session.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
+        session._landed = lambda kp, unit, todo, device, on_wait: iter(waves)
+        session._invalid_configs = lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid}
+        session._request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id)
+        kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
+                                                                  l2_flush_bytes=None)))
+        unit = SimpleNamespace(configs=tuple(configs))
+        hold = SimpleNamespace(lease=Lease, release=lambda: None)
+        entries, fresh = session._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"))
+        for entry in entries.values():
+            entry.seconds = 0.0  # each one's share of its batch's wall time
+        return [entries[k] for k in sorted(entries)], sorted(m.config_id for m in fresh)
+
+    batch, batch_fresh = measure([configs])
+    waves, waves_fresh = measure([configs[6:], configs[:1], configs[1:6]])
+    assert batch == waves and batch_fresh == waves_fresh and len(batch) == len(configs)
+    assert choose(batch, "").config == choose(waves, "").config
+    assert [e.status for e in batch].count("invalid") == 1
+
+
+def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
+    """The hold takes a device for a wave, lets it go for the wait, takes it again; it adds up
+    the cache hits of every lease and the seconds held."""
+    import contextlib
+    import time
+    from types import SimpleNamespace
+
+    from aot_tune.pipeline.streaming import DeviceHold
+
+    events = []
+
+    class Devices:
+        @contextlib.contextmanager
+        def lease(self, device):
+            events.append("take")
+            lease = SimpleNamespace(cache_hits=2, cache_misses=1, ready=lambda: events.append("ready"))
+            yield lease
+            events.append("give")
+
+    landed, claims = {"a1"}, CompileClaims()
+    hold = DeviceHold(Devices(), "h100")
+    waves = landed_waves(["a", "b"], lambda c: [c + "1"], landed.__contains__, claims.claimed,
+                         lambda name: (time.sleep(0.01), landed.add(name)), hold.release)
+    for wave in waves:
+        hold.lease()
+        events.append(wave)
+    assert hold.counts() == (4, 2)  # both leases, the one of wave b still held
+    hold.release()
+    assert events == ["take", "ready", ["a"], "give", "take", "ready", ["b"], "give"]
+    assert (hold.cache_hits, hold.cache_misses) == (4, 2) and hold.held_s > 0
