@@ -84,6 +84,11 @@ class TuneCommand(HelpOption, Run):
         with exclusive_run(work_dir):
             try:
                 result = super().execute(params, [])
+                if self.loader.session is not None:  # the compiles no bench needed end with the run
+                    failed = self.loader.session.finish_compiles()
+                    if failed:
+                        eprint(f"aot_tune: compile tasks failed: {failed}")
+                        result = result or 1
             finally:
                 session = self.loader.session
                 if session is not None:

@@ -150,6 +150,15 @@ class TuneSession:
         """Compile now, unless it was queued or run before: then wait until it ended."""
         self.claims.run_once(unit.name, lambda: self._compile(kp, unit))
 
+    def finish_compiles(self) -> str:
+        """Wait for the queued compiles no bench waited for (other GPU targets than the bench
+        device's, dtypes only GPUs measure, ``-a``): a run that ends has done every compile it
+        planned. Returns what any of them raised (one line), or ""."""
+        if self._driver is None:
+            return ""
+        self._driver.shutdown(wait=True)
+        return self.claims.failures(self.claims.errors)
+
     def stop_compiles(self) -> None:
         """Drop the queued compiles no bench waited for (a run cut short); the running ones end with the pool."""
         if self._driver is not None:
