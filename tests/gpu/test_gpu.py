@@ -239,3 +239,39 @@ def test_a_workers_first_graph_timed_configs_read_like_its_later_ones(tmp_path):
     assert len(first) == len(second) == len(batch), passes
     assert all(passes[0][i].method == "graph" for i in first), passes[0]
     assert all(abs(first[i] / second[i] - 1) < 0.05 for i in first), (first, second)
+
+
+def test_the_shipped_fp8_table_answers_each_scale_mode_on_this_gpu():
+    """generated/fp8_gemm.py, as checked in: on a GPU it has a table for, each tuned shape's launch
+    finds its exact entry (fp8_w8a8 from the tensors' dtypes, per_row from the scales), and the
+    result matches the reference."""
+    from tunerun import REPO
+
+    code = textwrap.dedent("""
+        import torch, warnings
+        warnings.simplefilter("error")  # a fallback warns: every launch must find its entry
+        from kernels import fp8_gemm as k
+        from generated import fp8_gemm as table
+        from aot_tune.runtime import current_device_key
+        device = current_device_key()
+        if device not in table.TABLES:
+            print("no table for", device)
+            raise SystemExit(0)
+        entries = table.TABLES[device]
+        for per_row in (True, False):
+            shape = {"M": 4096, "N": 4096, "K": 4096, "per_row": per_row}
+            a, b, sa, sb = k.make_inputs(shape, {"a": torch.float8_e4m3fn, "b": torch.float8_e4m3fn}, "cuda")
+            assert k._TABLE.dtype_of(a.dtype, b.dtype, torch.bfloat16) == "fp8_w8a8"
+            out, ref = k.fp8_gemm(a, b, sa, sb).float(), k.reference(a, b, sa, sb).float()
+            assert (out - ref).norm() / ref.norm() < 2e-2
+            assert (4096, 4096, 4096, per_row, "fp8_w8a8") in entries, sorted(entries)
+            tuned = entries[(4096, 4096, 4096, per_row, "fp8_w8a8")]
+            assert k._TABLE.lookup("fp8_w8a8", M=4096, N=4096, K=4096, per_row=per_row) == tuned
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env=subprocess_env(REPO))
+    assert out.returncode == 0, out.stderr
+    if out.stdout.startswith("no table"):
+        pytest.skip(out.stdout.strip())
+    assert out.stdout.strip() == "ok", out.stdout
