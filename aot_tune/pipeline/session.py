@@ -284,10 +284,17 @@ class TuneSession:
                 on_wait=lambda: None):
         """``configs`` in waves as their compiles for ``device`` land (aot_tune.pipeline.streaming)."""
         return landed_waves(configs, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
-                            lambda cu: self.claims.finished(cu.name) or
-                            read_compile_result(cu.output, cu.fingerprint) is not None,
+                            self._compile_landed,
                             lambda cu: self.claims.claimed(cu.name),
                             lambda cu: self.compile(kp, cu), on_wait)
+
+    def _compile_landed(self, unit: CompileUnit) -> bool:
+        """A compile claimed in this run has landed when its claimant finished; only an unclaimed
+        one is read from disk (done by an earlier run), so a waiting bench's polls parse no output
+        that a running compile is about to replace."""
+        if self.claims.claimed(unit.name):
+            return self.claims.finished(unit.name)
+        return read_compile_result(unit.output, unit.fingerprint) is not None
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
                 device: DeviceModel):
