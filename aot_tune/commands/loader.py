@@ -147,8 +147,9 @@ class ManifestLoader(TaskLoader2):
         self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster,
                                                    deadline=deadline), staleness)
         if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
-            if plan.compile_only_note():
-                eprint(f"aot_tune: {plan.compile_only_note()}")
+            note = plan.compile_only_note()
+            if note:
+                eprint(f"aot_tune: {note}")
             try:
                 self.session.specialize()
             except TuneError as err:

@@ -138,12 +138,11 @@ class TunedKernel:
         values = tuple(args[index] if index < count else kwargs[name] for index, name in self._key_slots)
         dtypes = tuple(a.dtype for a in (*args, *kwargs.values()) if getattr(a, "dtype", None) is not None)
         dtype = dtypes[0] if dtypes else None
-        if dtype is not None and self.table.combos():  # keyed by the combination all tensors make
-            dtype, dtypes = self.table.dtype_of(*dtypes), dtypes
-        else:
-            dtypes = dtype
+        combined = dtype is not None and self.table.combos()
+        if combined:  # keyed by the combination all tensors make: memoized by every tensor's dtype
+            dtype = self.table.dtype_of(*dtypes)
         device = INTERPRETER if self._interpreted else cuda_device_key()
-        memo = (device, dtypes, values[0] if len(values) == 1 else values)
+        memo = (device, dtypes if combined else dtype, values[0] if len(values) == 1 else values)
         chosen = self._chosen.get(memo)
         if chosen is None:
             if dtype is None:
