@@ -180,7 +180,8 @@ def _module_text(path) -> str | None:
 def _absent_coverage(spec: KernelSpec, device: str, required_by: str) -> Coverage:
     """A required device with no record: every (shape, dtype) it is asked for is missing."""
     backend = INTERPRETER if device == INTERPRETER else "cuda"
-    missing = [f"{dtype} {shape_label(shape)}" for dtype in spec.dtypes for shape in spec.shapes_for(backend)]
+    missing = [f"{dtype} {shape_label(shape)}" for dtype in spec.dtypes_for(backend)  # none the backend cannot run
+               for shape in spec.shapes_for(backend)]
     return Coverage(spec.name, device, missing=missing, required_by=required_by)
 
 

@@ -239,3 +239,15 @@ def test_the_decorator_keys_a_launch_by_the_combination_its_tensors_make(tmp_pat
             assert (out == 3).all()
     finally:
         sys.modules.pop("combo_tables", None)
+
+
+def test_a_declared_device_without_a_table_lacks_only_the_dtypes_it_can_run(tmp_path):
+    """`doit check` asks a declared device for what it can make: on the interpreter no fp8 or
+    bfloat16 entry is ever missing (their tables come from GPUs), as for a device with records."""
+    from aot_tune.tables.check import _absent_coverage
+
+    spec = load(tmp_path, MANIFEST).kernel("act_add")
+    interpreter = _absent_coverage(spec, "interpreter", "declared in devices:")
+    assert {entry.split()[0] for entry in interpreter.missing} == {"int8", "uint8", "w8a16", "float16"}
+    gpu = _absent_coverage(spec, "h100-sxm", "declared in devices:")
+    assert {entry.split()[0] for entry in gpu.missing} == set(spec.dtypes)
