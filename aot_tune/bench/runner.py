@@ -41,6 +41,9 @@ class BenchRequest:
     #: The manifest's dtype combinations (``dtype`` may name one) and the correctness tolerance.
     combos: tuple = ()
     tolerance: float | None = None  # None: the dtype's default (aot_tune.dtypes.TOLERANCE)
+    #: A baseline (the default config, the vendor function): its kernels are not the compile
+    #: stage's, so their Triton cache lookups are not counted in the hit rate.
+    baseline: bool = False
 
 
 @dataclass
@@ -111,6 +114,10 @@ class DeviceLease(Protocol):
     #: (a miss means the compile stage's output was not used).
     cache_hits: int
     cache_misses: int
+    #: Host seconds of the worker's batches for this lease ("batches") and of the set-up steps in
+    #: them where the GPU idles ("inputs": input sets and reference outputs, "loads": kernel
+    #: loads); empty where the worker does not say (a cluster's).
+    seconds: dict[str, float]
 
     @property
     def info(self) -> DeviceInfo:

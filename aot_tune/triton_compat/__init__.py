@@ -13,7 +13,7 @@ from aot_tune.triton_compat.binary import ResourceUsage, cuobjdump_path, resourc
 from aot_tune.triton_compat.disk_cache import (CacheHitCounter, cache_entry_folder, install_cache_entry,
                                                pack_cache_entry, triton_cache_dir)
 from aot_tune.triton_compat.launch import (CapturedCompile, Specialization, capture_specializations,
-                                           compile_instead_of_launch, jit_function, load_instead_of_launch)
+                                           compile_instead_of_launch, jit_function, find_instead_of_launch, load_found)
 from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, SharedMemoryExceeded, compile_error_kind,
                                            parse_target, pin_environment, shared_memory_limit,
                                            target_driver, triton_driver_created,
@@ -27,7 +27,7 @@ __all__ = ["PINNED_ENV", "SHARED_MEMORY_LIMIT", "CacheHitCounter", "CapturedComp
            "SharedMemoryExceeded", "StageLog", "Specialization", "cache_entry_folder", "capture_specializations",
            "compile_error_kind", "compile_instead_of_launch", "cuobjdump_path", "hash_installation",
            "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",
-           "jit_with_compile_path", "load_cached_kernel", "load_instead_of_launch", "pack_cache_entry", "parse_target",
+           "jit_with_compile_path", "find_instead_of_launch", "load_cached_kernel", "load_found", "pack_cache_entry", "parse_target",
            "pin_environment", "prepare_runtime", "resource_usage", "shared_memory_limit",
            "target_driver", "triton_cache_dir", "triton_driver_created", "versions",
            "warm_start_key", "watched_stages", "wrap_jit_compile", "ttgir_shared_lower_bound"]

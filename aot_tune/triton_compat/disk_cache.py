@@ -42,6 +42,19 @@ class CacheHitCounter:
         finally:
             knobs.compilation.listener = previous
 
+    @staticmethod
+    @contextlib.contextmanager
+    def suspended() -> Iterator[None]:
+        """Counts nothing meanwhile (a baseline's kernels: not the compile stage's to serve)."""
+        from triton import knobs
+
+        previous = knobs.compilation.listener
+        knobs.compilation.listener = None
+        try:
+            yield
+        finally:
+            knobs.compilation.listener = previous
+
 
 #: Files of a cache entry a launch needs: its metadata and its binary (the IRs only serve debugging).
 _LAUNCH_SUFFIXES = (".json", ".cubin")

@@ -61,30 +61,39 @@ def compile_instead_of_launch(jit_fn: Any) -> Iterator[list[CapturedCompile]]:
 
 
 @contextlib.contextmanager
-def load_instead_of_launch() -> Iterator[None]:
-    """While active, every Triton kernel launch in this thread loads its binary onto the current
-    device (``CompiledKernel._init_handles``, as a first launch would) but runs nothing. A load
-    synchronizes the device (measured: it returns only after queued work ends), so the bench
-    engine loads a pass's kernels before it queues any work. A load that fails (a kernel over the
-    device's shared memory, say) raises as the launch would."""
+def find_instead_of_launch() -> Iterator[list]:
+    """While active, every Triton kernel launch in this thread finds its compiled kernel (Triton's
+    in-memory cache, then its disk cache, compiling on a miss) and runs nothing; the kernels
+    found are appended to the yielded list. Host work only: it does not wait for the device, so
+    the bench engine finds kernels while the GPU runs other configs' timed launches, then loads
+    them (``load_found``), which does wait. A kernel that cannot be found (it fails to compile)
+    raises as the launch would."""
     from triton.runtime.jit import JITFunction
 
     original_run = JITFunction.run
     owner = threading.get_ident()
+    found: list = []
 
     def run(self, *args, grid, warmup, **kwargs):
         if threading.get_ident() != owner:
             return original_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         kernel = original_run(self, *args, grid=grid, warmup=True, **kwargs)
         if kernel is not None:
-            kernel._init_handles()
+            found.append(kernel)
         return None
 
     JITFunction.run = run
     try:
-        yield
+        yield found
     finally:
         JITFunction.run = original_run
+
+
+def load_found(kernel: Any) -> None:
+    """Load a kernel ``find_instead_of_launch`` found onto the current device, as its first launch
+    would. It synchronizes the device (measured: it returns only after queued work ends), and a
+    kernel the device cannot run (over its shared memory, say) raises here."""
+    kernel._init_handles()
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Host steps timed during the profiled passes: (owner, attribute, label). Nested steps win.
 HOST_STEPS = (
-    (pipeline, "_load_kernels", "pass set-up: loading kernels"),
+    (pipeline._Kernels, "load", "finding and loading kernels"),
     (Workload, "expected", "pass set-up: reference outputs"),
     (Workload, "rotation_for", "pass set-up: input sets"),
     (pipeline._Check, "__init__", "check: queue check and probe launches"),

@@ -282,6 +282,7 @@ class ClusterLease(DeviceLease):
         self._device = device
         self.cache_hits = 0
         self.cache_misses = 0
+        self.seconds: dict[str, float] = {}
         self.workers: list[str] = []
         self._info: DeviceInfo | None = None
 
@@ -314,5 +315,7 @@ class ClusterLease(DeviceLease):
         self._info = result.info
         self.cache_hits += result.cache_hits
         self.cache_misses += result.cache_misses
+        for step, spent in result.seconds.items():
+            self.seconds[step] = self.seconds.get(step, 0.0) + spent
         self.workers.append(result.worker)
         return result.measurements

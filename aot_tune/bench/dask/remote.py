@@ -13,7 +13,7 @@ import multiprocessing
 import sys
 import threading
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from aot_tune import triton_compat
@@ -58,6 +58,7 @@ class BatchResult:
     cache_hits: int = 0
     cache_misses: int = 0
     entries_installed: int = 0
+    seconds: dict = field(default_factory=dict)  # the device worker's batch and set-up seconds
 
 
 def describe(dask_worker) -> WorkerDescription:
@@ -140,4 +141,4 @@ def run_batch(batch: RemoteBatch) -> BatchResult:
         with pool.lease() as lease:
             measurements = list(lease.measure_all(requests, batch.timeout_s))
             return BatchResult(str(dask_worker.name), lease.info, measurements, lease.cache_hits,
-                               lease.cache_misses, installed)
+                               lease.cache_misses, installed, dict(lease.seconds))

@@ -1,8 +1,9 @@
 """The pipelined pass over a shape's configs on a GPU, and the interpreter's wall-clock path.
 
 The configs of one shape are measured as a pipeline in which the host never waits for an idle
-GPU: every config's kernels are loaded first (a load synchronizes the device), then the GPU runs
-check(i+1) and probe(i+1) queued between timed(i-1) and timed(i). The host reads config i+1's
+GPU: the GPU runs check(i+1) and probe(i+1) queued between timed(i-1) and timed(i). Kernels are
+found in Triton's caches (host work, about 2 ms each) while the first config's timed launches
+run, and then loaded together, since a load synchronizes the device (``_Kernels``). The host reads config i+1's
 check while timed(i) runs, and captures its CUDA graph then. Device values (the comparison, the
 graph's write check) are read through pinned copies with their own events: ``.item()`` would
 wait for all the work queued after them. Since several configs have work queued at once, the
@@ -14,12 +15,13 @@ ever used under the interpreter.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Any, Callable, Iterator, Sequence
 
 from aot_tune.runtime.forcing import launch_with_config
-from aot_tune.triton_compat import load_instead_of_launch
+from aot_tune.triton_compat import CacheHitCounter, find_instead_of_launch, load_found
 from aot_tune.bench.engine.check import CHECK_SETS, Comparison
 from aot_tune.bench.engine.timing import ConfigTiming, runtime_error
 from aot_tune.bench.engine.workload import Workload
@@ -29,6 +31,9 @@ from aot_tune.bench.runner import BenchRequest, BenchSettings, ConfigMeasurement
 #: Idle GPU work queued before a check when less than this is queued (``torch.cuda._sleep``),
 #: so the check's and probe's event pairs time the kernel rather than the host issuing it.
 SPACER_MS = 1.0
+#: A pass finds the next configs' kernels (about 2 ms of host work each on an H100 host) while
+#: at least this much of the running config's timed launches is still queued.
+FIND_MARGIN_MS = 3.0
 #: Throwaway CUDA graphs a worker captures and replays when it opens its GPU. On the H200, the
 #: first three graphs a process replayed ran a 1.8 us kernel at 1.4 us per launch, all later
 #: ones at 1.8 us; three throwaway graphs first made the first real ones read like the rest
@@ -42,17 +47,20 @@ Announce = Callable[[tuple[str, ...], str], None]
 
 
 def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
-                    clocks: GpuClocks | None = None, announce: Announce | None = None) -> Iterator[ConfigMeasurement]:
+                    clocks: GpuClocks | None = None, announce: Announce | None = None,
+                    seconds: dict[str, float] | None = None) -> Iterator[ConfigMeasurement]:
     """Check and time configs of one (kernel, shape, dtype), yielding each result when it is
     complete (on a GPU, as one pipelined pass; see the module doc). Never raises for a kernel
-    fault: it becomes the config's result."""
+    fault: it becomes the config's result. ``seconds`` gets the host seconds of the pass's
+    set-up steps ("loads"; "inputs": input sets and reference outputs), where the GPU idles, and
+    the GPU seconds from each config's first timed launch to its last ("timed span")."""
     announce = announce or (lambda config_ids, phase: None)
     if backend != "cuda":
         for request in requests:
             announce((request.config_id,), "check")
             yield measure_wall(request, workload)
         return
-    yield from _Pass(workload, l2_bytes, clocks, announce).measure(list(requests))
+    yield from _Pass(workload, l2_bytes, clocks, announce, seconds if seconds is not None else {}).measure(list(requests))
 
 
 def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement:
@@ -89,8 +97,10 @@ class _Pass:
     timed(i-1), then check(i+1) with its probe, then timed(i); the host waits only for work
     that is already running, so the GPU does not idle between configs."""
 
-    def __init__(self, workload: Workload, l2_bytes: int, clocks: GpuClocks | None, announce: Announce) -> None:
+    def __init__(self, workload: Workload, l2_bytes: int, clocks: GpuClocks | None, announce: Announce,
+                 seconds: dict[str, float]) -> None:
         self.workload, self.l2_bytes, self.clocks, self.announce = workload, l2_bytes, clocks, announce
+        self.seconds = seconds
         self.in_flight: list[str] = []  # configs with work queued on the GPU and no result yet
         #: how much longer the probe's one launch took than a launch inside a graph, so far (ms):
         #: the event pair and launch overhead a graph replay does not pay
@@ -99,21 +109,35 @@ class _Pass:
     def measure(self, requests: list[BenchRequest]) -> Iterator[ConfigMeasurement]:
         if not requests:
             return
-        self.in_flight = [r.config_id for r in requests]
-        self._say("load")
-        _load_kernels(requests, self.workload)
+        kernels = _Kernels(self.workload, self.seconds)
+        kernels.load(requests[:1], self._announce_load, gpu_busy=lambda: False)
+        began = time.perf_counter()
+        failure = None
         try:
             self.workload.rotation_for(requests[0].settings, self.l2_bytes)  # the input sets, once per shape
             for index in range(CHECK_SETS):
                 self.workload.expected(index)  # reference outputs now: they synchronize (all-zero test)
         except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
+            failure = exc
+        self.seconds["inputs"] = self.seconds.get("inputs", 0.0) + time.perf_counter() - began
+        if failure is not None:
             for request in requests:
-                yield runtime_error(request, exc)
+                yield runtime_error(request, failure)
             return
-        self.in_flight = []
         running: ConfigTiming | None = None  # timed launches queued, samples not read
         ready: ConfigTiming | None = None  # checked and captured, nothing of its timing queued
-        for request in requests:
+        for position, request in enumerate(requests):
+            if not kernels.loaded(request):
+                # Find the next configs' kernels while the GPU runs timed launches, then load them
+                # (which waits for the device): one break in the pipeline for many kernels.
+                if ready is not None:
+                    if running is not None:
+                        yield self._finish(running)
+                    ready.start()
+                    running, ready = ready, None
+                timing = running
+                kernels.load(requests[position:], self._announce_load,
+                             gpu_busy=lambda: timing is not None and timing.queued_for(FIND_MARGIN_MS))
             busy = running is not None and running.queued_for(SPACER_MS)
             check = _Check(request, self.workload, gpu_busy=busy)
             self.in_flight.append(request.config_id)
@@ -139,6 +163,7 @@ class _Pass:
     def _finish(self, timing: "ConfigTiming") -> ConfigMeasurement:
         self._say("time")
         result = timing.finish()
+        self.seconds["timed span"] = self.seconds.get("timed span", 0.0) + timing.span_ms / 1e3
         self.in_flight.remove(timing.request.config_id)
         if timing.probe_overhead_ms is not None:
             self.probe_overheads.append(timing.probe_overhead_ms)
@@ -147,19 +172,62 @@ class _Pass:
     def _say(self, phase: str) -> None:
         self.announce(tuple(self.in_flight), phase)
 
+    def _announce_load(self, config_ids: tuple[str, ...]) -> None:
+        """Before loading kernels: the configs with work on the device and the ones loaded."""
+        self.announce(tuple(self.in_flight) + config_ids, "load")
 
-def _load_kernels(requests: Sequence[BenchRequest], workload: Workload) -> None:
-    """Load every config's kernels before anything is queued: a load synchronizes the device, so
-    one inside the pass would drain the queue. A config whose load fails is left to its check."""
-    with load_instead_of_launch():
-        for request in requests:
-            if request.plain:
-                continue
+
+class _Kernels:
+    """The kernels of a pass's configs: found (host work: Triton's caches) and loaded onto the
+    device (which waits for the device to finish its queued work). A pass loads the first
+    config's at its start and the others in one step, found while the first configs' timed
+    launches run. A config whose kernel cannot be found or loaded is left to its check, whose
+    launch raises the error again as the config's result."""
+
+    def __init__(self, workload: Workload, seconds: dict[str, float]) -> None:
+        self.workload, self.seconds = workload, seconds
+        self._loaded: set[str] = set()
+
+    def loaded(self, request: BenchRequest) -> bool:
+        return request.plain or request.config_id in self._loaded
+
+    def load(self, requests: Sequence[BenchRequest], announce: Callable[[tuple[str, ...]], None],
+             gpu_busy: Callable[[], bool]) -> None:
+        """Find the kernels of ``requests`` in order, the first always, the next ones while
+        ``gpu_busy()`` (the GPU has timed launches queued), then load them all. Seconds spent
+        with the GPU idle count as "loads"."""
+        chosen = []
+        idle = 0.0
+        with find_instead_of_launch() as found:
+            for request in requests:
+                if chosen and not gpu_busy():
+                    break
+                busy, began = gpu_busy(), time.perf_counter()
+                self._find(request)
+                idle += 0.0 if busy else time.perf_counter() - began
+                chosen.append(request)
+        announce(tuple(r.config_id for r in chosen if not r.plain))
+        draining = gpu_busy()  # then the first load waits for the queued launches: the GPU is not idle
+        began = time.perf_counter()
+        for kernel in found:
             try:
-                launch_with_config(workload.launch, workload.inputs(0), dict(request.config),
-                                   kernel=workload.kernel, hooks=False)
+                load_found(kernel)
             except Exception:  # noqa: BLE001 - the check's launch raises it again, as the config's result
                 pass
+            if draining:
+                draining, began = False, time.perf_counter()
+        self.seconds["loads"] = self.seconds.get("loads", 0.0) + idle + time.perf_counter() - began
+        self._loaded.update(r.config_id for r in chosen)
+
+    def _find(self, request: BenchRequest) -> None:
+        if request.plain:
+            return
+        try:
+            with CacheHitCounter.suspended() if request.baseline else contextlib.nullcontext():
+                launch_with_config(self.workload.launch, self.workload.inputs(0), dict(request.config),
+                                   kernel=self.workload.kernel, hooks=False)
+        except Exception:  # noqa: BLE001 - the check's launch raises it again, as the config's result
+            pass
 
 
 class _Check:

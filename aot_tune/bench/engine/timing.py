@@ -79,6 +79,9 @@ class ConfigTiming:
         #: probe time less the time of one launch in the graph, once a graph-timed config has finished
         self.probe_overhead_ms: float | None = None
         self._events: list | None = None
+        #: GPU ms from the first timed launch's start to the last one's end (the samples and the
+        #: gaps between them), once finished
+        self.span_ms = 0.0
         self._failure: ConfigMeasurement | None = None
         self.method = "graph" if _graph_timed(gpu_ms, host_ms) else "events"
 
@@ -166,6 +169,7 @@ class ConfigTiming:
         began = time.perf_counter()
         try:
             times = _read_events(self._events)
+            self.span_ms = _span_ms(self._events)
             if self.method == "graph" and self._unwritten is not None and self._unwritten.read():
                 times = self._time_with_events()  # the replays did not write the output
             times += self._top_up(times)
@@ -198,17 +202,25 @@ class ConfigTiming:
         if self.method == "graph":
             graph = self._graph
             graph.replay()
-            return _read_events(_record_events(extra, lambda _: graph.replay()))
-        launch = self._rotating_launch(extra + 1)
-        launch(0)
-        return _read_events(_record_events(extra, lambda i: launch(i + 1)))
+            pairs = _record_events(extra, lambda _: graph.replay())
+        else:
+            launch = self._rotating_launch(extra + 1)
+            launch(0)
+            pairs = _record_events(extra, lambda i: launch(i + 1))
+        times = _read_events(pairs)
+        self.span_ms += _span_ms(pairs)
+        return times
 
     def _time_with_events(self) -> list[float]:
         """Time again with an event pair per launch: a graph whose replays leave the output
         unwritten recorded nothing of the launch (it ran outside the capture)."""
         self.method, self._graph, self._k = "events", None, 1
         self.start()
-        return _read_events(self._events) if self._failure is None else []
+        if self._failure is not None:
+            return []
+        times = _read_events(self._events)
+        self.span_ms = _span_ms(self._events)
+        return times
 
 
 def _graph_timed(gpu_ms: float, host_ms: float) -> bool:
@@ -236,6 +248,11 @@ def _read_events(pairs: list) -> list[float]:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return times
+
+
+def _span_ms(pairs: list) -> float:
+    """GPU ms from the first pair's start to the last one's end (read pairs only)."""
+    return pairs[0][0].elapsed_time(pairs[-1][1]) if pairs else 0.0
 
 
 def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) -> tuple[Any, Any]:

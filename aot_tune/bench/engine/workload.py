@@ -35,8 +35,6 @@ class Workload:
     """
 
     def __init__(self, request: BenchRequest, device: str) -> None:
-        import torch
-
         self.kernel = request.kernel
         self.root = request.root
         self.launch = resolve(request.root, request.launch_ref)

@@ -59,6 +59,7 @@ class LocalLease(DeviceLease):
         self.index = index
         self.cache_hits = 0
         self.cache_misses = 0
+        self.seconds: dict[str, float] = {}  # the worker's batches and their set-up steps (host seconds)
 
     @property
     def info(self) -> DeviceInfo:
@@ -147,6 +148,8 @@ class LocalLease(DeviceLease):
                     yield _Suspects(tuple(message[1]), "crashed", message[2])
                     return
                 else:  # "done"
+                    for step, spent in (message[1] if len(message) > 1 else {}).items():
+                        self.seconds[step] = self.seconds.get(step, 0.0) + spent
                     return
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from multiprocessing.connection import Connection
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
@@ -23,7 +24,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     ``("phase", config_ids, phase)`` before each step that may crash or hang, naming the configs
     with work on the device then (so the pool knows whose fault a death or a hang can be),
     ``("result", measurement, cache hits, cache misses, usable)`` for each config, and
-    ``("done",)`` at the end. After a sticky CUDA error (illegal address, launch failure) the
+    ``("done", seconds)`` at the end, with the host seconds of the batch and of its set-up steps. After a sticky CUDA error (illegal address, launch failure) the
     context is unusable: the worker says so and exits, and the pool gives the configs that have
     no result yet to a fresh one. If other configs had work on the device when the error
     surfaced, the worker cannot tell whose it was: it sends ``("unattributed", config_ids,
@@ -63,6 +64,8 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             batch: list[BenchRequest] | None = conn.recv()
             if batch is None:
                 return
+            began = time.perf_counter()
+            seconds: dict[str, float] = {}  # where the batch's wall time went (the run summary's split)
             first = batch[0]
             key = (first.kernel, first.shape, first.dtype)
             if key not in workloads:
@@ -73,10 +76,12 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     message = f"input builder or reference failed: {type(exc).__name__}: {exc}"[:500]
                     for request in batch:
                         conn.send(("result", ConfigMeasurement(request.config_id, "runtime_error", message), 0, 0, True))
-                    conn.send(("done",))
+                    conn.send(("done", {}))
                     continue
+                seconds["inputs"] = time.perf_counter() - began
             counted = [counter.hits, counter.misses]
-            results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks, announce=announce)
+            results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks, announce=announce,
+                                      seconds=seconds)
             for result in results:
                 usable = backend != "cuda" or result.ok or context_usable()
                 if not usable and set(in_flight) - {result.config_id}:
@@ -90,7 +95,8 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                 counted = [counter.hits, counter.misses]
                 if not usable:
                     return
-            conn.send(("done",))
+            seconds["batches"] = time.perf_counter() - began
+            conn.send(("done", seconds))
 
 
 class _nothing:
