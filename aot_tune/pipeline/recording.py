@@ -86,25 +86,6 @@ def clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:
     clocks.memory_mhz_start, clocks.memory_mhz_end = start.memory_mhz, end.memory_mhz
 
 
-def baselines_to_proto(record: TuningRecord, unit: BenchUnit, previous: TuningRecord | None,
-                        measured: dict[str, ConfigMeasurement]) -> None:
-    """The planned baselines: measured now, or kept from the previous record that holds them."""
-    if not unit.baselines_fingerprint:
-        return
-    if not measured:
-        if previous is not None and previous.baselines_fingerprint == unit.baselines_fingerprint:
-            for field in ("default_baseline", "vendor_baseline"):
-                if previous.HasField(field):
-                    getattr(record, field).CopyFrom(getattr(previous, field))
-            record.vendor, record.baselines_fingerprint = previous.vendor, previous.baselines_fingerprint
-        return
-    if "default" in measured:
-        record.default_baseline.CopyFrom(measurement_proto(measured["default"], unit.default_config))
-    if "vendor" in measured:
-        record.vendor_baseline.CopyFrom(measurement_proto(measured["vendor"], Config(())))
-    record.vendor, record.baselines_fingerprint = unit.vendor, unit.baselines_fingerprint
-
-
 def no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:
     reasons = Counter(m.status for m in record.measurements)
     ran = [m for m in record.measurements if m.reason and m.status != "invalid"]  # the telling failures first

@@ -12,21 +12,23 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceLease
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.codegen import render_module, write_module
 from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
+from aot_tune.workers import forking
 from aot_tune.workers.pools import Executors
 from aot_tune.fileio import write_atomic
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import BenchSettings
 from aot_tune.build.compile import CompileRecord, read_compile_result
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
-from aot_tune.pipeline.recording import (assemble_record, baselines_to_proto, measurement_proto,
-                                         no_config_passed, search_proto, share_out)
+from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
+from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, search_proto, share_out
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
 from aot_tune.pipeline.progress import Progress
@@ -55,9 +57,6 @@ class StageFailure:
     tasks go on, and the tables stay as they were. The doit loader turns it into a failed task."""
 
     message: str
-#: The config a vendor baseline is recorded under (it has no params).
-VENDOR_CONFIG_ID = "vendor"
-
 
 class TuneSession:
     def __init__(self, plan: Plan, executors: Executors, staleness: Staleness | None = None) -> None:
@@ -76,6 +75,8 @@ class TuneSession:
         self._spans_lock = threading.Lock()
         self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
         self.claims = CompileClaims()
+        self._compile_results: dict[str, object] = {}  # compile unit -> its landed result (_compile_result)
+        self.batches = 0  # the batches benches sent to device workers
         self._driver: ThreadPoolExecutor | None = None  # runs the queued compiles (see compile)
         self._driver_lock = threading.Lock()
 
@@ -122,11 +123,15 @@ class TuneSession:
             kp.plan_compiles(self.plan.toolchain, self.plan.work_dir)
             self.specialized["specializations"] += len({u.specialization for u in kp.compile_units})
         self._span("specialize", began, time.time())
+        # Until the fork server's imports are done no compile could start either: only the rest
+        # of this step is on the run's critical path.
+        startup = max(0.0, (forking.ready_at or began) - began)
+        self.seconds["specialize start-up"] += startup
         eprint(f"[specialize] {self.specialized['launches']} launches of "
                f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
-               f"{time.perf_counter() - start:.1f}s (worker start-up included; the launches "
-               f"{self.seconds['capture']:.2f}s of worker time, "
-               f"{1e3 * self.seconds['capture'] / max(self.specialized['launches'], 1):.2f} ms each)")
+               f"{time.perf_counter() - start:.1f}s, {startup:.1f}s of it the workers' start-up (torch and triton "
+               f"imports, which every compile waits for too); the launches {self.seconds['capture']:.2f}s of "
+               f"worker time, {1e3 * self.seconds['capture'] / max(self.specialized['launches'], 1):.2f} ms each")
 
     def start_workers(self) -> None:
         """Start the workers the stale tasks will need now, before doit runs the first of them:
@@ -196,25 +201,34 @@ class TuneSession:
         device = self.plan.device_of(unit)
         previous = self.staleness.previous_record(kp, unit)
         search_info = None
-        baselines: dict[str, ConfigMeasurement] = {}
         start, began = time.perf_counter(), time.time()
         hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
+        planned = {c.id for c in unit.configs}
+        wanted = self.staleness.baselines_to_measure(kp, unit)
+        make_request = lambda config: self._request(kp, unit, config, kp.spec.bench, device)  # noqa: E731
         try:
             try:
-                if unit.search.exhaustive:
-                    entries, fresh = self._measure_all(kp, unit, hold, previous, device)
+                if unit.search.exhaustive:  # the baselines ride along with the last batch of configs
+                    baselines = Baselines(unit, wanted, make_request, planned.__contains__)
+                    entries, fresh = self._measure_all(kp, unit, hold, previous, device, baselines)
                 else:  # a search needs every compile's verdict before it starts
                     waiting, _ = time.perf_counter(), list(self._landed(kp, unit, list(unit.probes), device))
                     self.seconds["waited for compiles"] += time.perf_counter() - waiting
-                    entries, fresh, search_info = self._search(kp, unit, hold.lease(), previous, device)
-                hits, misses = hold.counts()  # the baselines' compiles are not the compile stage's
+                    entries, fresh, search_info = self._search(kp, unit, hold, previous, device)
+                    baselines = Baselines(unit, wanted, make_request,
+                                          lambda cid: cid in entries and not entries[cid].short_rep_ms)
+                    if baselines.requests:
+                        baselines.take(hold.measure_all(baselines.requests,
+                                                        bench_timeout(kp.spec.bench, device.backend)))
+                hits, misses = hold.counts()
                 self.cache_hits, self.cache_misses = self.cache_hits + hits, self.cache_misses + misses
-                if self.staleness.baselines_to_measure(kp, unit):
-                    baselines = self._measure_baselines(kp, unit, hold.lease(), device)
                 info = hold.lease().info  # a task that measured nothing still takes a device for it
             finally:
                 hold.release()
+                self.batches += hold.batches
                 self.seconds["device held"] += hold.held_s
+                for step, spent in hold.seconds.items():
+                    self.seconds[f"device {step}"] += spent
         except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
             self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
             return StageFailure(f"{unit.name}: {exc}")
@@ -227,13 +241,14 @@ class TuneSession:
         self.seconds["bench"] += elapsed
         self._span("bench", began, time.time())
         self.bench_status.update(m.status for m in fresh)
-        self.seconds["measured"] += sum(sum(m.times_ms) * m.launches_per_sample for m in fresh
-                                        if m.method in ("events", "graph")) / 1e3
-        self.baseline_status.update(f"{role} {m.status}" for role, m in baselines.items())
+        self.seconds["measured"] += timed_seconds(fresh)
+        self.seconds["measured baselines"] += timed_seconds(baselines.measured.values())
+        measured_baselines = baselines.protos(entries)
+        self.baseline_status.update(f"{role} {m.status}" for role, m in measured_baselines.items())
         # the record's seconds are the device's: not the wait for a free one or for compiles
         record = assemble_record(kp, unit, self.plan.device_of(unit), self.plan.toolchain, info, previous,
                                  entries, fresh, hold.held_s, self._previous_pick(kp, unit, previous))
-        baselines_to_proto(record, unit, previous, baselines)
+        baselines_to_proto(record, unit, previous, measured_baselines)
         if search_info is not None:
             record.search.CopyFrom(search_info)
         if not record.HasField("best"):
@@ -251,30 +266,45 @@ class TuneSession:
         self.progress["bench"].advance(note)
 
     def _measure_all(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
-                     device: DeviceModel):
+                     device: DeviceModel, baselines: Baselines):
         """Every planned config the previous record lacks, in pipelined batches of the configs
-        whose compiles have landed (aot_tune.pipeline.streaming); the rest is kept from the
-        previous record."""
+        whose compiles have landed (aot_tune.pipeline.streaming), the baselines with the last
+        batch; the rest is kept from the previous record."""
         planned = {c.id: c for c in unit.configs}
         entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
         timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
         fresh: list[ConfigMeasurement] = []
-        waves = self._landed(kp, unit, self.staleness.configs_to_measure(kp, unit), device, hold.release)
+        to_measure = self.staleness.configs_to_measure(kp, unit)
+        left = {c.id for c in to_measure}
+        tail = list(baselines.requests)
+        waves = self._landed(kp, unit, to_measure, device, hold.release)
         while True:
             waiting = time.perf_counter()
             wave = next(waves, None)
             self.seconds["waited for compiles"] += time.perf_counter() - waiting  # without the device
             if wave is None:
                 break
+            wave = [c for c in wave if c.id in left]  # not taken into an earlier batch
+            if not wave:
+                continue
+            hold.lease()  # may wait for the device: the configs that land meanwhile join this batch
+            taken = {c.id for c in wave}
+            wave = [c for c in to_measure if c.id in taken or (c.id in left and self._all_landed(kp, unit, c, device))]
+            left -= {c.id for c in wave}
             invalid = self._invalid_configs(kp, unit, wave)
             fresh += [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in wave if c.id in invalid]
             requests = [self._request(kp, unit, c, kp.spec.bench, device) for c in wave if c.id not in invalid]
+            if not left:
+                requests, tail = requests + tail, []
             if not requests:
                 continue
-            measured, seconds = _measure_batch(hold.lease(), requests, device, timeout_s)
+            measured, seconds = _measure_batch(hold, requests, timeout_s)
+            measured = baselines.take(measured)
             for m in measured:
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
             fresh += measured
+        if tail:  # no config left to measure: the baselines alone
+            baselines.take(hold.measure_all(tail, bench_timeout(kp.spec.bench, device.backend)))
         for m in fresh:
             if m.status == "invalid":
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id])
@@ -288,15 +318,29 @@ class TuneSession:
                             lambda cu: self.claims.claimed(cu.name),
                             lambda cu: self.compile(kp, cu), on_wait)
 
+    def _all_landed(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: DeviceModel) -> bool:
+        return all(self._compile_landed(cu) for cu in kp.compiles_for(unit, config, kp.bench_targets(device)))
+
     def _compile_landed(self, unit: CompileUnit) -> bool:
         """A compile claimed in this run has landed when its claimant finished; only an unclaimed
         one is read from disk (done by an earlier run), so a waiting bench's polls parse no output
         that a running compile is about to replace."""
         if self.claims.claimed(unit.name):
             return self.claims.finished(unit.name)
-        return read_compile_result(unit.output, unit.fingerprint) is not None
+        return self._compile_result(unit) is not None
 
-    def _search(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease, previous: TuningRecord | None,
+    def _compile_result(self, unit: CompileUnit):
+        """The compile's result once it landed, read from disk once per run: a bench reads each
+        of its configs' results twice (their verdicts, their kernel hashes) while it holds its
+        device. A result is written once per run, by the compile's claimant."""
+        result = self._compile_results.get(unit.name)
+        if result is None:
+            result = read_compile_result(unit.output, unit.fingerprint)
+            if result is not None and (not self.claims.claimed(unit.name) or self.claims.finished(unit.name)):
+                self._compile_results[unit.name] = result
+        return result
+
+    def _search(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
                 device: DeviceModel):
         """Run the unit's budgeted search. The configs it chooses together (the surrogate's
         batches) are measured as one pipelined batch, like the exhaustive path's. A probe the
@@ -328,7 +372,7 @@ class TuneSession:
                 lengths[config.id] = (config, short_rep_ms)
             if requests:
                 timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
-                measured, seconds = _measure_batch(lease, requests, device, timeout_s)
+                measured, seconds = _measure_batch(hold, requests, timeout_s)
                 for m in measured:
                     config, short_rep_ms = lengths[m.config_id]
                     fresh.append(m)
@@ -365,27 +409,12 @@ class TuneSession:
             combos=spec.combo_pairs, tolerance=spec.tolerance_for(unit.dtype),
         )
 
-    def _measure_baselines(self, kp: KernelPlan, unit: BenchUnit, lease: DeviceLease,
-                           device: DeviceModel) -> dict[str, ConfigMeasurement]:
-        """The default config and the vendor function, on the device the configs just ran on.
-        Not counted in the Triton cache hit rate: a default outside the space has no AOT compile,
-        so the device worker compiles it."""
-        requests = {}
-        if unit.default_config is not None:
-            requests["default"] = self._request(kp, unit, unit.default_config, kp.spec.bench, device)
-        if unit.vendor:
-            requests["vendor"] = replace(self._request(kp, unit, Config(()), kp.spec.bench, device),
-                                         launch_ref=unit.vendor, config_id=VENDOR_CONFIG_ID, plain=True)
-        roles = {request.config_id: role for role, request in requests.items()}
-        measured = lease.measure_all(list(requests.values()), bench_timeout(kp.spec.bench, device.backend))
-        return {roles[m.config_id]: m for m in measured}
-
     def _invalid_configs(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config]) -> dict[str, str]:
         """Configs whose compile failed for the targets this device needs (any target, on the interpreter)."""
         targets = kp.bench_targets(self.plan.device_of(unit))
         invalid = {}
         for config in configs:
-            results = [read_compile_result(c.output, c.fingerprint) for c in kp.compiles_for(unit, config, targets)]
+            results = [self._compile_result(c) for c in kp.compiles_for(unit, config, targets)]
             known = [r for r in results if r is not None]
             if known and not any(r.valid for r in known):
                 first = known[0]
@@ -396,7 +425,7 @@ class TuneSession:
         """The Triton cache entries a GPU launch of this config uses (a remote worker gets them shipped)."""
         if device.target is None:
             return ()
-        results = (read_compile_result(c.output, c.fingerprint) for c in kp.compiles_for(unit, config, (device.target,)))
+        results = (self._compile_result(c) for c in kp.compiles_for(unit, config, (device.target,)))
         return tuple(sorted({h for r in results if r is not None for h in r.specializations}))
 
     def _previous_pick(self, kp: KernelPlan, unit: BenchUnit, previous: TuningRecord | None) -> str:
@@ -442,13 +471,19 @@ class TuneSession:
         return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name,
                              kp.spec.combo_table)
 
-def _measure_batch(lease: DeviceLease, requests: list[BenchRequest], device: DeviceModel, timeout_s: float
+def _measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
-    """Measure ``requests`` on the leased device as one pipelined batch: the measurements, and
-    each one's share of the batch's wall seconds."""
+    """Measure ``requests`` on the held device as one pipelined batch: the measurements, and
+    each one's share of the batch's wall seconds (from when the device is held: not the wait for it)."""
+    hold.lease()
     began = time.perf_counter()
-    measured = list(lease.measure_all(requests, timeout_s))
+    measured = hold.measure_all(requests, timeout_s)
     return measured, share_out(time.perf_counter() - began, measured)
+
+
+def timed_seconds(measured: Iterable[ConfigMeasurement]) -> float:
+    """The GPU seconds of the timed launches of measurements taken on a GPU."""
+    return sum(sum(m.times_ms) * m.launches_per_sample for m in measured if m.method in ("events", "graph")) / 1e3
 
 
 def eprint(message: str) -> None:

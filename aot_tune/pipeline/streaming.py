@@ -122,6 +122,8 @@ class DeviceHold:
         self._since = 0.0
         self.cache_hits = self.cache_misses = 0
         self.held_s = 0.0
+        self.seconds: dict[str, float] = {}  # the leases' worker seconds (aot_tune.bench.runner.DeviceLease)
+        self.batches = 0
 
     def lease(self):
         """The device, taken now if not held (waiting for a free one and for its worker)."""
@@ -132,6 +134,11 @@ class DeviceHold:
             lease.ready()  # a worker's start-up is not part of any measurement's seconds
             self._since = time.perf_counter()
         return self._lease
+
+    def measure_all(self, requests, timeout_s: float) -> list:
+        """One batch on the device, taken now if not held (its results, all read)."""
+        self.batches += 1
+        return list(self.lease().measure_all(requests, timeout_s))
 
     def counts(self) -> tuple[int, int]:
         """Triton cache hits and misses of every lease so far, the held one included."""
@@ -147,4 +154,6 @@ class DeviceHold:
             self.held_s += time.perf_counter() - self._since
         self._since = 0.0
         self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
+        for step, spent in getattr(lease, "seconds", {}).items():
+            self.seconds[step] = self.seconds.get(step, 0.0) + spent
         stack.close()

@@ -61,7 +61,8 @@ def _bench_timing(session: TuneSession) -> str:
     pool = session.executors.devices
     started, ready = pool.started_at, pool.ready_at
     if ready is None:  # a cluster's workers were up before the run
-        return f"bench stage: {last - first:.1f}s; timed kernel launches {session.seconds['measured']:.1f}s"
+        return (f"bench stage: {last - first:.1f}s; timed kernel launches "
+                f"{session.seconds['measured'] + session.seconds['measured baselines']:.1f}s")
     devices = session.plan.device.count
     waited = max(0.0, min(ready, last) - first)
     compiles = session.seconds["waited for compiles"]
@@ -69,8 +70,19 @@ def _bench_timing(session: TuneSession) -> str:
             f"{last - first - waited:.1f}s of it after the device workers were up "
             f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)"
             + (f"; benches waited {compiles:.1f}s for compiles to land, without a device" if compiles >= 0.05 else ""))
-    if session.seconds["measured"]:
-        busy = session.seconds["device held"]  # by the benches, from when its worker was up
-        line += (f"; timed kernel launches {session.seconds['measured']:.1f}s, "
-                 f"{session.seconds['measured'] / max(busy, 1e-9):.0%} of the {busy:.1f}s of device time the benches held")
+    seconds = session.seconds
+    timed = seconds["measured"] + seconds["measured baselines"]
+    if timed:
+        busy = seconds["device held"]  # by the benches, from when its worker was up
+        line += (f"; timed kernel launches {timed:.1f}s ({seconds['measured']:.1f}s configs, "
+                 f"{seconds['measured baselines']:.1f}s baselines), {timed / max(busy, 1e-9):.0%} of the "
+                 f"{busy:.1f}s of device time the benches held")
+        if seconds["device batches"]:
+            span = max(seconds["device timed span"], timed)
+            rest = seconds["device batches"] - seconds["device inputs"] - seconds["device loads"] - span
+            line += (f"\nbench device time: {busy:.1f}s = timed launches {timed:.1f}s + gaps between them "
+                     f"{span - timed:.1f}s + checks, warm-up and graph captures {max(rest, 0.0):.1f}s "
+                     f"+ input sets and references {seconds['device inputs']:.1f}s "
+                     f"+ kernel loads {seconds['device loads']:.1f}s + between batches "
+                     f"{max(busy - seconds['device batches'], 0.0):.1f}s ({session.batches} batches)")
     return line

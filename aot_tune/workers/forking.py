@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 
 from aot_tune import triton_compat
 
@@ -47,6 +48,8 @@ _server_started = False
 _method: str | None = None  # "forkserver" once a forked worker was checked, "spawn" if it failed
 #: Why workers are spawned although the fork server is available ("" if they are not).
 fallback_reason = ""
+#: time.time() when the first worker forked from the server was checked (its imports were done).
+ready_at: float | None = None
 
 
 def available() -> bool:
@@ -77,7 +80,7 @@ def context() -> multiprocessing.context.BaseContext:
     process does (it waits for the server's imports, as any first worker would): the server
     imports from its own path, and a different aot_tune there (another checkout found first)
     must not do the work. If it does not, or the server fails, workers are spawned from then on."""
-    global _method, fallback_reason
+    global _method, fallback_reason, ready_at
     if not available():
         return multiprocessing.get_context("spawn")
     if _method is None:
@@ -85,6 +88,7 @@ def context() -> multiprocessing.context.BaseContext:
             if _method is None:
                 start_server()
                 problem = _check_a_forked_worker()
+                ready_at = time.time()
                 _method = "spawn" if problem else "forkserver"
                 if problem:
                     fallback_reason = problem

@@ -9,6 +9,7 @@ import pytest
 from tunerun import executed, make_project, tune, vector_add_manifest
 
 from aot_tune.cache import config_from_proto, read_cache
+from aot_tune.pipeline.runlog import read_runs
 
 MANIFEST = vector_add_manifest("""\
     space:
@@ -49,6 +50,11 @@ def test_declared_baselines_are_measured_alone_then_kept(project):
     after, record = configs_of(project)
     assert after == before  # the configs' statistics are the ones of the first run
     assert config_from_proto(record.default_baseline.config) == {"BLOCK_SIZE": 1024, "num_warps": 4}
+    # a default inside the space is not timed again: its baseline is the config's own measurement
+    assert record.default_baseline.median_ms == before[record.default_baseline.config.id][0]
+    # the device worker said where its batch's time went: within what the bench held the device
+    worker = read_runs(project / ".aot_tune")[-1].worker_seconds
+    assert 0 < worker["device batches"] <= worker["device held"]
     assert record.default_baseline.status == record.vendor_baseline.status == "ok"
     assert record.vendor_baseline.config.id == "vendor" and record.vendor == "kernels.vector_add:vendor"
     assert record.default_baseline.median_ms > 0 and record.vendor_baseline.median_ms > 0

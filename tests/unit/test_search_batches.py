@@ -25,19 +25,22 @@ def fake_time(config_id: str) -> float:
 
 
 class Lease:
-    """A device lease that answers each batch at once; records the batches and their timing lengths."""
+    """A device hold that answers each batch at once; records the batches and their timing lengths."""
 
     def __init__(self) -> None:
         self.batches: list[list[tuple[str, float]]] = []
 
+    def lease(self) -> "Lease":
+        return self
+
     def measure_all(self, requests, timeout_s):
         self.batches.append([(r.config_id, r.settings.rep_ms) for r in requests])
         time.sleep(0.02)  # the batch's wall time, at least
-        for r in reversed(requests):  # results come as they complete, not in request order
-            t = fake_time(r.config_id)
-            yield ConfigMeasurement(r.config_id, "ok", times_ms=[t] * 12, method="events",
-                                    phase_seconds={"check": 0.001, "warmup": 0.002, "capture": 0.005,
-                                                   "timed": r.settings.rep_ms * t / 1e3})
+        # results come as they complete, not in request order
+        return [ConfigMeasurement(r.config_id, "ok", times_ms=[fake_time(r.config_id)] * 12, method="events",
+                                  phase_seconds={"check": 0.001, "warmup": 0.002, "capture": 0.005,
+                                                 "timed": r.settings.rep_ms * fake_time(r.config_id) / 1e3})
+                for r in reversed(requests)]
 
 
 def session_and_unit(budget: int):

@@ -92,6 +92,9 @@ def test_the_record_does_not_depend_on_the_waves():
 
     from aot_tune.bench.runner import ConfigMeasurement
     from aot_tune.manifest import BenchSettings
+    from dataclasses import dataclass
+
+    from aot_tune.pipeline.baselines import Baselines
     from aot_tune.pipeline.session import TuneSession
     from aot_tune.select import choose
     from aot_tune.space import Config
@@ -99,15 +102,27 @@ def test_the_record_does_not_depend_on_the_waves():
     configs = [Config.from_dict({"A": a, "B": b}) for a, b in itertools.product([16, 32, 64], [1, 2, 4])]
     invalid = {configs[4].id: "shared_memory: needs at least 300000 bytes"}
 
+    batches = []
+
+    @dataclass(frozen=True)
+    class Request:
+        config_id: str
+        launch_ref: str = "kernels.k:launch"
+        plain: bool = False
+        baseline: bool = False
+
     class Lease:
         def measure_all(self, requests, timeout_s):
+            batches.append([r.config_id for r in requests])
             for r in reversed(requests):
-                t = 1.0 + configs.index(next(c for c in configs if c.id == r.config_id)) % 5 / 7
+                t = 1.0 + [c.id for c in configs].index(r.config_id) % 5 / 7 if r.config_id != "vendor" else 0.5
                 yield ConfigMeasurement(r.config_id, "ok", times_ms=[t] * 12, method="events",
                                         phase_seconds={"check": 0.001, "timed": t / 50})
 
-    def measure(waves):
+    def measure(waves, landed_meanwhile=()):
+        batches.clear()
         session = TuneSession.__new__(TuneSession)
+        session._all_landed = lambda kp, unit, config, device: config in landed_meanwhile
         session.seconds = Counter()
         session.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
         session._landed = lambda kp, unit, todo, device, on_wait: iter(waves)
@@ -115,9 +130,14 @@ def test_the_record_does_not_depend_on_the_waves():
         session._request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id)
         kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
                                                                   l2_flush_bytes=None)))
-        unit = SimpleNamespace(configs=tuple(configs))
-        hold = SimpleNamespace(lease=Lease, release=lambda: None)
-        entries, fresh = session._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"))
+        unit = SimpleNamespace(configs=tuple(configs), default_config=configs[0], vendor="kernels.k:vendor")
+        hold = SimpleNamespace(lease=Lease, release=lambda: None,
+                               measure_all=lambda requests, timeout_s: list(Lease().measure_all(requests, timeout_s)))
+        baselines = Baselines(unit, True, lambda config: Request(config.id), {c.id for c in configs}.__contains__)
+        entries, fresh = session._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"), baselines)
+        assert "vendor" in batches[-1] and sum(b.count("vendor") for b in batches) == 1  # with the last batch
+        assert baselines.measured["vendor"].times_ms == [0.5] * 12 and "vendor" not in entries
+        assert baselines.protos(entries)["default"] is entries[configs[0].id]  # a config of the space: not timed again
         for entry in entries.values():
             entry.seconds = 0.0  # each one's share of its batch's wall time
         return [entries[k] for k in sorted(entries)], sorted(m.config_id for m in fresh)
@@ -127,6 +147,10 @@ def test_the_record_does_not_depend_on_the_waves():
     assert batch == waves and batch_fresh == waves_fresh and len(batch) == len(configs)
     assert choose(batch, "").config == choose(waves, "").config
     assert [e.status for e in batch].count("invalid") == 1
+    measure([configs[:4], configs[4:5]])  # the last wave holds only an invalid config: the vendor alone
+    # configs that land while a batch waits for the device join it, and are not measured again
+    joined, joined_fresh = measure([configs[:2], configs[2:], configs[5:]], landed_meanwhile=configs[2:5])
+    assert joined_fresh == batch_fresh and [len(b) for b in batches] == [4, 5]  # 5 configs + the vendor
 
 
 def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():

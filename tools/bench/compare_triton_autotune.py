@@ -136,7 +136,8 @@ def tune(project: Path, args, timeout: float) -> dict:
     result = {"wall_s": wall, "ok": proc.returncode == 0,
               "tasks_run": [line[3:] for line in proc.stdout.splitlines() if line.startswith(".  ")],
               "summary": [line for line in proc.stderr.splitlines()
-                          if line.startswith(("specialize:", "compile:", "bench:", "baselines:"))]}
+                          if line.startswith(("[specialize]", "specialize:", "compile:", "bench:", "baselines:",
+                                              "bench stage:", "bench device time:"))]}
     if proc.returncode != 0:
         result["error"] = (proc.stdout[-2000:] + "\n" + proc.stderr[-3000:]).strip()
     return result
@@ -154,6 +155,7 @@ def our_split(project: Path, wall: float) -> dict:
     split = time_split(run)
     split["other"] = round(split.get("other", 0.0) + max(0.0, wall - run.wall_s), 3)
     return {"split": split, "compile_worker_s": run.worker_seconds.get("compile"),
+            "specialize_startup_s": run.worker_seconds.get("specialize start-up"),
             "compile": run.compile, "bench": run.bench}
 
 

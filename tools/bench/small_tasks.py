@@ -81,7 +81,7 @@ def main() -> int:
                               capture_output=True, text=True)
         wall = time.perf_counter() - began
         summary = [line for line in proc.stderr.splitlines()
-                   if line.startswith(("specialize:", "compile:", "bench", "baselines:", "aot_tune:"))]
+                   if line.startswith(("[specialize]", "specialize:", "compile:", "bench", "baselines:", "aot_tune:"))]
         print("\n".join(summary) or proc.stderr[-4000:])
         print(f"cold doit tune: {wall:.1f} s wall, exit {proc.returncode}")
         return proc.returncode
