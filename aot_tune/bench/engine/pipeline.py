@@ -111,6 +111,7 @@ class _Pass:
             return
         kernels = _Kernels(self.workload, self.seconds)
         kernels.load(requests[:1], self._announce_load, gpu_busy=lambda: False)
+        self.announce(tuple(r.config_id for r in requests), "inputs")  # a fault here is no one config's
         began = time.perf_counter()
         failure = None
         try:
@@ -198,6 +199,9 @@ class _Kernels:
         with the GPU idle count as "loads"."""
         chosen = []
         idle = 0.0
+        # finding may compile (a default outside the space): until it is known which configs are
+        # found now, any of them may be the one that crashes or hangs the worker
+        announce(tuple(r.config_id for r in requests if not r.plain))
         with find_instead_of_launch() as found:
             for request in requests:
                 if chosen and not gpu_busy():
