@@ -154,6 +154,6 @@ class DeviceHold:
             self.held_s += time.perf_counter() - self._since
         self._since = 0.0
         self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
-        for step, spent in getattr(lease, "seconds", {}).items():
+        for step, spent in lease.seconds.items():
             self.seconds[step] = self.seconds.get(step, 0.0) + spent
         stack.close()

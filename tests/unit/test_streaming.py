@@ -168,7 +168,8 @@ def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
         @contextlib.contextmanager
         def lease(self, device):
             events.append("take")
-            lease = SimpleNamespace(cache_hits=2, cache_misses=1, ready=lambda: events.append("ready"))
+            lease = SimpleNamespace(cache_hits=2, cache_misses=1, seconds={"batches": 0.5},
+                                    ready=lambda: events.append("ready"))
             yield lease
             events.append("give")
 
@@ -183,3 +184,4 @@ def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
     hold.release()
     assert events == ["take", "ready", ["a"], "give", "take", "ready", ["b"], "give"]
     assert (hold.cache_hits, hold.cache_misses) == (4, 2) and hold.held_s > 0
+    assert hold.seconds == {"batches": 1.0}  # the device workers' seconds, added over both leases

@@ -148,7 +148,7 @@ class LocalLease(DeviceLease):
                     yield _Suspects(tuple(message[1]), "crashed", message[2])
                     return
                 else:  # "done"
-                    for step, spent in (message[1] if len(message) > 1 else {}).items():
+                    for step, spent in message[1].items():
                         self.seconds[step] = self.seconds.get(step, 0.0) + spent
                     return
         except (EOFError, OSError, BrokenPipeError):

@@ -24,9 +24,10 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     ``("phase", config_ids, phase)`` before each step that may crash or hang, naming the configs
     with work on the device then (so the pool knows whose fault a death or a hang can be),
     ``("result", measurement, cache hits, cache misses, usable)`` for each config, and
-    ``("done", seconds)`` at the end, with the host seconds of the batch and of its set-up steps. After a sticky CUDA error (illegal address, launch failure) the
-    context is unusable: the worker says so and exits, and the pool gives the configs that have
-    no result yet to a fresh one. If other configs had work on the device when the error
+    ``("done", seconds)`` at the end, with the host seconds of the batch and of its set-up
+    steps. After a sticky CUDA error (illegal address, launch failure) the context is unusable:
+    the worker says so and exits, and the pool gives the configs that have no result yet to a
+    fresh one. If other configs had work on the device when the error
     surfaced, the worker cannot tell whose it was: it sends ``("unattributed", config_ids,
     message)`` instead, and the pool measures each of them again on its own.
     """
