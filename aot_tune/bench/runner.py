@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Protocol, Sequence, get_args
+from typing import Iterable, Literal, Mapping, Protocol, Sequence, get_args
 
 from aot_tune.manifest import BenchSettings
 from aot_tune.bench.nvml import ClockReading
@@ -117,7 +117,7 @@ class DeviceLease(Protocol):
     #: Host seconds of the worker's batches for this lease ("batches") and of the set-up steps in
     #: them where the GPU idles ("inputs": input sets and reference outputs, "loads": kernel
     #: loads); empty where the worker does not say (a cluster's).
-    seconds: dict[str, float]
+    seconds: Mapping[str, float]
 
     @property
     def info(self) -> DeviceInfo:

@@ -50,10 +50,6 @@ class Baselines:
         self.roles[request.config_id] = role
         self.requests.append(replace(request, baseline=True))
 
-    @property
-    def wanted(self) -> bool:
-        return bool(self.requests) or self.default_from_configs
-
     def take(self, measured: list[ConfigMeasurement]) -> list[ConfigMeasurement]:
         """Keep the baselines' results out of a batch's; returns the configs' results."""
         configs = []

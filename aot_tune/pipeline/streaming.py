@@ -18,6 +18,7 @@ import contextlib
 import threading
 import time
 from concurrent.futures import Executor
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
@@ -122,7 +123,7 @@ class DeviceHold:
         self._since = 0.0
         self.cache_hits = self.cache_misses = 0
         self.held_s = 0.0
-        self.seconds: dict[str, float] = {}  # the leases' worker seconds (aot_tune.bench.runner.DeviceLease)
+        self.seconds: Counter[str] = Counter()  # the leases' worker seconds (aot_tune.bench.runner.DeviceLease)
         self.batches = 0
 
     def lease(self):
@@ -154,6 +155,5 @@ class DeviceHold:
             self.held_s += time.perf_counter() - self._since
         self._since = 0.0
         self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
-        for step, spent in lease.seconds.items():
-            self.seconds[step] = self.seconds.get(step, 0.0) + spent
+        self.seconds.update(lease.seconds)
         stack.close()

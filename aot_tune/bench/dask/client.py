@@ -25,6 +25,7 @@ import time
 import re
 import uuid
 import zlib
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -282,7 +283,7 @@ class ClusterLease(DeviceLease):
         self._device = device
         self.cache_hits = 0
         self.cache_misses = 0
-        self.seconds: dict[str, float] = {}
+        self.seconds: Counter[str] = Counter()
         self.workers: list[str] = []
         self._info: DeviceInfo | None = None
 
@@ -315,7 +316,6 @@ class ClusterLease(DeviceLease):
         self._info = result.info
         self.cache_hits += result.cache_hits
         self.cache_misses += result.cache_misses
-        for step, spent in result.seconds.items():
-            self.seconds[step] = self.seconds.get(step, 0.0) + spent
+        self.seconds.update(result.seconds)
         self.workers.append(result.worker)
         return result.measurements

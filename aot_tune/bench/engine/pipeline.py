@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from collections import Counter
 from typing import Any, Callable, Iterator, Sequence
 
 from aot_tune.runtime.forcing import launch_with_config
@@ -48,7 +49,7 @@ Announce = Callable[[tuple[str, ...], str], None]
 
 def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
                     clocks: GpuClocks | None = None, announce: Announce | None = None,
-                    seconds: dict[str, float] | None = None) -> Iterator[ConfigMeasurement]:
+                    seconds: Counter[str] | None = None) -> Iterator[ConfigMeasurement]:
     """Check and time configs of one (kernel, shape, dtype), yielding each result when it is
     complete (on a GPU, as one pipelined pass; see the module doc). Never raises for a kernel
     fault: it becomes the config's result. ``seconds`` gets the host seconds of the pass's
@@ -60,7 +61,7 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
             announce((request.config_id,), "check")
             yield measure_wall(request, workload)
         return
-    yield from _Pass(workload, l2_bytes, clocks, announce, seconds if seconds is not None else {}).measure(list(requests))
+    yield from _Pass(workload, l2_bytes, clocks, announce, Counter() if seconds is None else seconds).measure(list(requests))
 
 
 def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement:
@@ -98,7 +99,7 @@ class _Pass:
     that is already running, so the GPU does not idle between configs."""
 
     def __init__(self, workload: Workload, l2_bytes: int, clocks: GpuClocks | None, announce: Announce,
-                 seconds: dict[str, float]) -> None:
+                 seconds: Counter[str]) -> None:
         self.workload, self.l2_bytes, self.clocks, self.announce = workload, l2_bytes, clocks, announce
         self.seconds = seconds
         self.in_flight: list[str] = []  # configs with work queued on the GPU and no result yet
@@ -120,7 +121,7 @@ class _Pass:
                 self.workload.expected(index)  # reference outputs now: they synchronize (all-zero test)
         except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
             failure = exc
-        self.seconds["inputs"] = self.seconds.get("inputs", 0.0) + time.perf_counter() - began
+        self.seconds["inputs"] += time.perf_counter() - began
         if failure is not None:
             for request in requests:
                 yield runtime_error(request, failure)
@@ -164,7 +165,7 @@ class _Pass:
     def _finish(self, timing: "ConfigTiming") -> ConfigMeasurement:
         self._say("time")
         result = timing.finish()
-        self.seconds["timed span"] = self.seconds.get("timed span", 0.0) + timing.span_ms / 1e3
+        self.seconds["timed span"] += timing.span_ms / 1e3
         self.in_flight.remove(timing.request.config_id)
         if timing.probe_overhead_ms is not None:
             self.probe_overheads.append(timing.probe_overhead_ms)
@@ -185,7 +186,7 @@ class _Kernels:
     launches run. A config whose kernel cannot be found or loaded is left to its check, whose
     launch raises the error again as the config's result."""
 
-    def __init__(self, workload: Workload, seconds: dict[str, float]) -> None:
+    def __init__(self, workload: Workload, seconds: Counter[str]) -> None:
         self.workload, self.seconds = workload, seconds
         self._loaded: set[str] = set()
 
@@ -220,7 +221,7 @@ class _Kernels:
                 pass
             if draining:
                 draining, began = False, time.perf_counter()
-        self.seconds["loads"] = self.seconds.get("loads", 0.0) + idle + time.perf_counter() - began
+        self.seconds["loads"] += idle + time.perf_counter() - began
         self._loaded.update(r.config_id for r in chosen)
 
     def _find(self, request: BenchRequest) -> None:

@@ -22,6 +22,7 @@ import queue
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -59,7 +60,7 @@ class LocalLease(DeviceLease):
         self.index = index
         self.cache_hits = 0
         self.cache_misses = 0
-        self.seconds: dict[str, float] = {}  # the worker's batches and their set-up steps (host seconds)
+        self.seconds: Counter[str] = Counter()  # the worker's batches and their set-up steps (host seconds)
 
     @property
     def info(self) -> DeviceInfo:
@@ -148,8 +149,7 @@ class LocalLease(DeviceLease):
                     yield _Suspects(tuple(message[1]), "crashed", message[2])
                     return
                 else:  # "done"
-                    for step, spent in message[1].items():
-                        self.seconds[step] = self.seconds.get(step, 0.0) + spent
+                    self.seconds.update(message[1])
                     return
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(5)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from multiprocessing.connection import Connection
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
@@ -66,7 +67,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             if batch is None:
                 return
             began = time.perf_counter()
-            seconds: dict[str, float] = {}  # where the batch's wall time went (the run summary's split)
+            seconds: Counter[str] = Counter()  # where the batch's wall time went (the run summary's split)
             first = batch[0]
             key = (first.kernel, first.shape, first.dtype)
             if key not in workloads:
@@ -97,7 +98,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                 if not usable:
                     return
             seconds["batches"] = time.perf_counter() - began
-            conn.send(("done", seconds))
+            conn.send(("done", dict(seconds)))
 
 
 class _nothing:
