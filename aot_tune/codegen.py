@@ -20,9 +20,10 @@ import re
 from pathlib import Path
 
 from aot_tune import __version__
-from aot_tune.cache import config_from_proto, describe_record, printable, record_shape
+from aot_tune.cache import printable, record_shape
 from aot_tune.errors import TuneError
 from aot_tune.fingerprint import digest
+from aot_tune.select import selected_tables
 from aot_tune.tuning_schema import TuningCache
 
 #: The first line of every generated module starts with this; a file without it is not ours.
@@ -77,25 +78,14 @@ def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifes
                   combos: dict[str, tuple[tuple[str, str], ...]] | None = None) -> str:
     """The module's text; ``combos`` (the manifest's dtype combinations by name) lets a launch
     recognise a combination from its tensors' dtypes (aot_tune.runtime.lookup.combo_of)."""
-    devices = {}
-    for record in cache.records:
-        if record.kernel != kernel or not record.HasField("best"):
-            continue
-        if tuple(record.key_names) != tuple(key):
-            raise TuneError(f"record {describe_record(record)} is keyed by {list(record.key_names)}, the kernel by "
-                            f"{list(key)}; fix: restore the cache from git")
-        device = devices.setdefault(record.device.key, {
-            "key": record.device.key, "name": record.device.name,
-            "compute_capability": record.device.compute_capability, "backend": record.device.backend,
-            "toolchain": f"triton {record.toolchain.triton}, torch {record.toolchain.torch}", "entries": [],
-        })
-        device["entries"].append({"key": (*record_shape(record), record.dtype), "config": config_from_proto(record.best)})
-    for device in devices.values():
-        device["entries"].sort(key=lambda e: (e["key"][-1], e["key"][:-1]))
+    devices = [{"key": t.key, "name": t.name, "compute_capability": t.compute_capability, "backend": t.backend,
+                "toolchain": f"triton {t.triton}, torch {t.torch}",
+                "entries": [{"key": (*e.key, e.dtype), "config": e.config} for e in t.entries]}
+               for t in selected_tables(cache, kernel, tuple(key)).values()]
     fingerprints = sorted(r.fingerprint for r in cache.records if r.kernel == kernel)
     return _environment().get_template("generated_module.py.j2").render(
         version=__version__, manifest=manifest_name, kernel=kernel, key=tuple(key),
-        inputs_digest=digest(fingerprints, tuple(key)), devices=[devices[k] for k in sorted(devices)],
+        inputs_digest=digest(fingerprints, tuple(key)), devices=devices,
         combos=dict(sorted((combos or {}).items())),
     )
 

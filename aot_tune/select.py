@@ -15,9 +15,13 @@ any config was timed in full picks among its longest short ones.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
 
 from aot_tune.tuning_schema import Measurement
+
+if TYPE_CHECKING:
+    from aot_tune.tuning_schema import TuningCache
 
 #: Relative widening of each interval; keeps a pick at most about this much slower than the fastest.
 TIE_FLOOR = 0.005
@@ -57,3 +61,51 @@ def choose(measurements: Iterable[Measurement], previous_pick: str = "") -> Meas
         if m.config.id == previous_pick:
             return m
     return ties[0]
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One key's pick on one device: what a generated module's table and every export hold."""
+
+    key: tuple  # the key dims' values, in the manifest's key order
+    dtype: str
+    config: dict  # the config's params and launch options
+    time_s: float  # the pick's median seconds (the geometric mean over the key's bench shapes)
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """A device's picks, with what they were measured on (generated modules' headers, exports' info)."""
+
+    key: str
+    name: str
+    compute_capability: str
+    backend: str
+    triton: str
+    torch: str
+    entries: tuple[TableEntry, ...]  # sorted by (dtype, key)
+
+
+def selected_tables(cache: "TuningCache", kernel: str, key: tuple[str, ...]) -> dict[str, DeviceTable]:
+    """Device key -> its table of picks, from the records of ``kernel`` that hold one; records
+    keyed by other dims than ``key`` are not this manifest's (the caller's staleness check says so)."""
+    from aot_tune.cache import config_from_proto, record_shape
+
+    devices: dict[str, dict] = {}
+    for record in cache.records:
+        if record.kernel != kernel or not record.HasField("best") or tuple(record.key_names) != tuple(key):
+            continue
+        device = devices.setdefault(record.device.key, {"record": record, "entries": []})
+        best = next((m for m in record.measurements if m.config.id == record.best.id), None)
+        time_s = best.median_ms / 1000 if best is not None else 0.0
+        device["entries"].append(TableEntry(record_shape(record), record.dtype, config_from_proto(record.best), time_s))
+    tables = {}
+    for device_key in sorted(devices):
+        first = devices[device_key]["record"]
+        entries = tuple(sorted(devices[device_key]["entries"], key=lambda e: (e.dtype, e.key)))
+        tables[device_key] = DeviceTable(device_key, first.device.name, first.device.compute_capability,
+                                         first.device.backend, first.toolchain.triton, first.toolchain.torch, entries)
+    return tables

@@ -220,9 +220,8 @@ def test_generated_module_imports_no_torch_or_triton_and_is_fast(tmp_path) -> No
 
 
 def test_records_of_another_key_never_reach_a_table() -> None:
-    import pytest
-
-    from aot_tune.errors import TuneError
-
-    with pytest.raises(TuneError, match="keyed by"):
-        codegen.render_module("gemm", ("N", "M"), cache_of(records()), "tuning.yaml")
+    """A record keyed by other dims is the manifest's stale record, not this key's answer."""
+    text = codegen.render_module("gemm", ("N", "M"), cache_of(records()), "tuning.yaml")
+    namespace: dict = {}
+    exec(compile(text, "generated", "exec"), namespace)
+    assert namespace["TABLES"] == {}
