@@ -43,11 +43,13 @@ def is_text(path: str | os.PathLike) -> bool:
 
 
 def record_identity(record: TuningRecord) -> tuple:
-    """What one record answers: the best config of a kernel for a key on a device."""
-    return (record.kernel, record.device.key, record.dtype, record_shape(record))
+    """What one record answers: the best config of a kernel for one benchmarked shape (its key
+    and bench dims) on a device."""
+    return (record.kernel, record.device.key, record.dtype, record_shape(record), record_bench_dims(record))
 
 
 _KEY_FIELDS = {bool: "bool_value", int: "int_value", str: "string_value"}
+_BENCH_VALUE_KINDS = frozenset(_KEY_FIELDS.values())
 
 
 def record_shape(record: "TuningRecord | TransferSource") -> tuple:
@@ -56,6 +58,24 @@ def record_shape(record: "TuningRecord | TransferSource") -> tuple:
     if record.key_values:
         return tuple(getattr(v, v.WhichOneof("value") or "int_value") for v in record.key_values)
     return tuple(record.shape)
+
+
+def record_bench_dims(record: TuningRecord) -> tuple:
+    """The record's bench dims as ``((name, value), ...)``, in the manifest's order (``()`` when
+    its shapes name key dims only)."""
+    return tuple((p.name, getattr(p, p.WhichOneof("value") or "int_value")) for p in record.bench_dims)
+
+
+def record_full_shape(record: TuningRecord) -> tuple:
+    """The shape its bench measured: the key values, then the bench dims' values (the order of the
+    manifest's shapes, aot_tune.manifest.KernelSpec.dims)."""
+    return (*record_shape(record), *(value for _, value in record_bench_dims(record)))
+
+
+def set_record_bench_dims(record: TuningRecord, named: Sequence[tuple[str, object]]) -> None:
+    """Store the bench dims' ``(name, value)`` pairs where :func:`record_bench_dims` reads them."""
+    for name, value in named:
+        setattr(record.bench_dims.add(name=name), _KEY_FIELDS[type(value)], value)
 
 
 def set_record_shape(record: "TuningRecord | TransferSource", shape: Sequence) -> None:
@@ -110,7 +130,9 @@ def printable(text: str) -> str:
 def describe_record(record: TuningRecord) -> str:
     """``gemm h200 float16 256x4096x4096``, printable whatever the record holds."""
     shape = "x".join(str(v) for v in record_shape(record))
-    return " ".join(printable(part)[:64] for part in (record.kernel, record.device.key, record.dtype, shape))
+    bench = ",".join(f"{name}={value}" for name, value in record_bench_dims(record))
+    parts = (record.kernel, record.device.key, record.dtype, shape) + ((f"({bench})",) if bench else ())
+    return " ".join(printable(part)[:64] for part in parts)
 
 
 def record_defect(record: TuningRecord, spec: "KernelSpec | None" = None, complete: bool = False) -> str:
@@ -166,6 +188,13 @@ class _RecordCheck:
         if record.shape and record.key_values or len(shape) != len(record.key_names) \
                 or any(not _key_value_ok(v) for v in shape):
             return f"shape {list(shape)} does not fit the key dims {list(record.key_names)}"
+        bench_names = [p.name for p in record.bench_dims]
+        if any(not _IDENTIFIER.fullmatch(name) for name in bench_names) or \
+                len(set(bench_names) | set(record.key_names)) != len(bench_names) + len(record.key_names):
+            return f"bench dims {bench_names!r} are not identifiers distinct from the key dims"
+        if any(p.WhichOneof("value") not in _BENCH_VALUE_KINDS or not _key_value_ok(value)
+               for p, (_, value) in zip(record.bench_dims, record_bench_dims(record))):
+            return f"bench dims {[list(pair) for pair in record_bench_dims(record)]!r} are not sizes, bools or names"
         if record.dtype not in DTYPE_NAMES and not _IDENTIFIER.fullmatch(record.dtype):
             return f"unknown dtype {record.dtype!r} (known: {', '.join(DTYPE_NAMES)}, or a combination's name)"
         device = record.device

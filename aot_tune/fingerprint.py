@@ -353,7 +353,7 @@ def bench_fingerprint(spec: "KernelSpec", code: str, shape: tuple[int, ...], dty
     overrides = dict(spec.tolerance)
     dtype_parts = ((spec.combo_args(dtype),) if spec.combo_args(dtype) else ()) + \
         ((("tolerance", overrides[dtype]),) if dtype in overrides else ())
-    return digest("bench", RECORD_FORMAT, code, spec.key, shape, dtype,
+    return digest("bench", RECORD_FORMAT, code, spec.dims, shape, dtype,
                   spec.bench.measured_fields(), toolchain, on.key, on.name, on.compute_capability, on.backend,
                   spec.reference, spec.inputs, *strategy, *dtype_parts, *_check_config(spec, shape))
 

@@ -15,13 +15,14 @@ any config was timed in full picks among its longest short ones.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from aot_tune.tuning_schema import Measurement
 
 if TYPE_CHECKING:
-    from aot_tune.tuning_schema import TuningCache
+    from aot_tune.tuning_schema import Config, TuningCache, TuningRecord
 
 #: Relative widening of each interval; keeps a pick at most about this much slower than the fastest.
 TIE_FLOOR = 0.005
@@ -89,23 +90,56 @@ class DeviceTable:
     entries: tuple[TableEntry, ...]  # sorted by (dtype, key)
 
 
+def key_pick(records: Sequence["TuningRecord"]) -> tuple["Config", float] | None:
+    """The config (a ``Config`` message) a key's table holds and its seconds, from the records of its bench shapes (one
+    record per shape; several where shapes differ only in bench dims, e.g. rows or tokens).
+
+    One record: its own pick (noise-aware, see above). Several: the config with the lowest
+    geometric mean of its medians over them, among the configs that passed on the most of them
+    (a config that fails on one of the shapes a key serves is no pick for that key); equal means go
+    to the smaller config id. None when no config passed anywhere."""
+    if len(records) == 1:
+        record = records[0]
+        if not record.HasField("best"):
+            return None
+        best = next((m for m in record.measurements if m.config.id == record.best.id), None)
+        return record.best, (best.median_ms / 1000 if best is not None else 0.0)
+    times: dict[str, list[float]] = {}
+    first: dict[str, Measurement] = {}
+    for record in records:
+        for m in comparable(record.measurements):
+            times.setdefault(m.config.id, []).append(m.median_ms)
+            first.setdefault(m.config.id, m)
+    if not times:
+        return None
+    most = max(len(t) for t in times.values())
+    means = {cid: statistics.geometric_mean(t) for cid, t in times.items() if len(t) == most}
+    pick = min(means, key=lambda cid: (means[cid], cid))
+    return first[pick].config, means[pick] / 1000
+
+
 def selected_tables(cache: "TuningCache", kernel: str, key: tuple[str, ...]) -> dict[str, DeviceTable]:
-    """Device key -> its table of picks, from the records of ``kernel`` that hold one; records
-    keyed by other dims than ``key`` are not this manifest's (the caller's staleness check says so)."""
+    """Device key -> its table of picks, from the records of ``kernel`` keyed by ``key`` (records
+    keyed by other dims are not this manifest's: the caller's staleness check says so)."""
     from aot_tune.cache import config_from_proto, record_shape
 
-    devices: dict[str, dict] = {}
+    groups: dict[str, dict[tuple, list]] = {}
     for record in cache.records:
-        if record.kernel != kernel or not record.HasField("best") or tuple(record.key_names) != tuple(key):
+        if record.kernel != kernel or tuple(record.key_names) != tuple(key):
             continue
-        device = devices.setdefault(record.device.key, {"record": record, "entries": []})
-        best = next((m for m in record.measurements if m.config.id == record.best.id), None)
-        time_s = best.median_ms / 1000 if best is not None else 0.0
-        device["entries"].append(TableEntry(record_shape(record), record.dtype, config_from_proto(record.best), time_s))
+        by_key = groups.setdefault(record.device.key, {})
+        by_key.setdefault((record.dtype, record_shape(record)), []).append(record)
     tables = {}
-    for device_key in sorted(devices):
-        first = devices[device_key]["record"]
-        entries = tuple(sorted(devices[device_key]["entries"], key=lambda e: (e.dtype, e.key)))
+    for device_key in sorted(groups):
+        entries = []
+        for (dtype, values), records in groups[device_key].items():
+            picked = key_pick(records) if any(r.HasField("best") for r in records) else None
+            if picked is not None:
+                entries.append(TableEntry(values, dtype, config_from_proto(picked[0]), picked[1]))
+        if not entries:
+            continue
+        first = next(iter(groups[device_key].values()))[0]
         tables[device_key] = DeviceTable(device_key, first.device.name, first.device.compute_capability,
-                                         first.device.backend, first.toolchain.triton, first.toolchain.torch, entries)
+                                         first.device.backend, first.toolchain.triton, first.toolchain.torch,
+                                         tuple(sorted(entries, key=lambda e: (e.dtype, e.key))))
     return tables

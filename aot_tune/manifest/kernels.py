@@ -27,7 +27,7 @@ from aot_tune.manifest.expressions import _check_flag_use, _compile_cost, _cost,
 from aot_tune.space import ConfigSpace, Constraint, ConstraintError
 from aot_tune.manifest.output_paths import _check_outputs_distinct, _check_outputs_inside
 from aot_tune.manifest.records import Defaults, KernelSpec, Manifest
-from aot_tune.manifest.shapes import _check_kinds, _shapes
+from aot_tune.manifest.shapes import _check_kinds, _ordered_shapes, _shapes
 from aot_tune.manifest.shared_keys import _defaults, _shared
 from aot_tune.manifest.space_rules import _space
 from aot_tune.manifest.yaml_lines import MAX_YAML_NODES, expanded_size, _LineLoader, _Map
@@ -138,7 +138,12 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
     _check_required(ctx, m, key, line)
     refs = {f: _module_attr(ctx, m[f], f"{key}.{f}", m.value_lines[f]) if f in m else None
             for f in ("kernel", "launch", "inputs", "reference")}
-    dims = _key_dims(ctx, m["key"], f"{key}.key", m.value_lines["key"])
+    key_dims = _key_dims(ctx, m["key"], f"{key}.key", m.value_lines["key"])
+    written = _shapes(ctx, m["shapes"], f"{key}.shapes", m.value_lines["shapes"], key_dims)
+    written_interp = _shapes(ctx, m["interpreter_shapes"], f"{key}.interpreter_shapes",
+                             m.value_lines["interpreter_shapes"], key_dims) if "interpreter_shapes" in m else written
+    bench_dims, (shapes, interp) = _ordered_shapes(ctx, key_dims, written, written_interp)
+    dims = key_dims + bench_dims  # what constraints, defaults and costs may name
     if "configs" in m:
         ref = m["configs"] if isinstance(m["configs"], str) else None
         if ref is not None:
@@ -146,12 +151,6 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
         space = _config_list(ctx, m, key, dims, root, ref)
     else:
         space = _space(ctx, m, key, dims)
-    shapes = _shapes(ctx, m["shapes"], f"{key}.shapes", m.value_lines["shapes"], dims)
-    interp = shapes
-    if "interpreter_shapes" in m:
-        interp = _shapes(
-            ctx, m["interpreter_shapes"], f"{key}.interpreter_shapes", m.value_lines["interpreter_shapes"], dims
-        )
     s = _shared(ctx, m, key, base)
     every_shape = tuple(dict.fromkeys(shapes + interp))
     kinds = _check_kinds(ctx, m.value_lines["shapes"], f"{key}.shapes", dims, every_shape)
@@ -172,7 +171,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
             _check_flag_use(ctx, part, kinds, f"{key}.cost.{part_name}", part.line)
     compile_cost = _compile_cost(ctx, m, key, space) if "compile_cost" in m else None
     return KernelSpec(
-        name=name, **refs, key=dims, space=space, shapes=shapes, interpreter_shapes=interp,
+        name=name, **refs, key=key_dims, bench_dims=bench_dims, space=space, shapes=shapes, interpreter_shapes=interp,
         dtypes=s.dtypes, bench=s.bench, targets=s.targets,
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
         default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,

@@ -111,6 +111,22 @@ class KernelSpec:
     devices: tuple[str, ...] = ()  # device keys it ships tables for: `doit check` flags those without one
     dtype_combos: tuple[DtypeCombo, ...] = ()  # the combinations the manifest declares (some may be unused)
     tolerance: tuple[tuple[str, float], ...] = ()  # the manifest's overrides of dtype_facts.TOLERANCE
+    #: Dims the shapes name beyond the key (rows, tokens): the inputs, constraints and costs see
+    #: them, the tables are keyed without them. Shapes hold ``key`` values, then these.
+    bench_dims: tuple[str, ...] = ()
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """Every dim a shape names: the key dims, then the bench dims."""
+        return self.key + self.bench_dims
+
+    def key_of(self, shape: Sequence) -> tuple:
+        """A shape's key values: what its record and table entry are keyed by."""
+        return tuple(shape[: len(self.key)])
+
+    def bench_of(self, shape: Sequence) -> tuple[tuple[str, object], ...]:
+        """A shape's bench dims as ``((name, value), ...)``."""
+        return tuple(zip(self.bench_dims, shape[len(self.key):], strict=True))
 
     @property
     def combos(self) -> dict[str, DtypeCombo]:
@@ -153,12 +169,12 @@ class KernelSpec:
         return self.default_config.resolve(named) if self.default_config else self.space.configs_for(named)[0]
 
     def shape_dict(self, shape: Sequence[int]) -> dict[str, int]:
-        """``(256, 512, 64)`` -> ``{"M": 256, "N": 512, "K": 64}`` in key order."""
-        if len(shape) != len(self.key):
+        """``(256, 512, 64)`` -> ``{"M": 256, "N": 512, "K": 64}`` in ``dims`` order."""
+        if len(shape) != len(self.dims):
             raise ValueError(
-                f"kernel {self.name!r}: shape {tuple(shape)} has {len(shape)} dims, key {self.key} has {len(self.key)}"
+                f"kernel {self.name!r}: shape {tuple(shape)} has {len(shape)} dims, {self.dims} are {len(self.dims)}"
             )
-        return dict(zip(self.key, shape, strict=True))
+        return dict(zip(self.dims, shape, strict=True))
 
 
 @dataclass(frozen=True)

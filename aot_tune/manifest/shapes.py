@@ -1,5 +1,6 @@
 """A kernel's ``shapes`` and ``interpreter_shapes``: explicit shapes and grids, each naming
-exactly the key dims, with sizes >= 1, bools (``causal: true``) or short strings
+every key dim and, where a benchmark needs more than the table is keyed on, the same bench dims
+(rows, tokens), with sizes >= 1, bools (``causal: true``) or short strings
 (``activation: gelu``); each dim keeps one kind across every shape.
 """
 
@@ -7,11 +8,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _join, _list, _mapping, _positive_int
+from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _join, _list, _mapping, _positive_int
 from aot_tune.manifest.yaml_lines import _Map
-from aot_tune.space import KEY_LABEL
+from aot_tune.space import FUNCTIONS, KEY_LABEL
 
 
 #: Most shapes one kernel may declare (each is a bench task per dtype and GPU model).
@@ -20,12 +22,22 @@ MAX_SHAPES = 10_000
 MAX_DIM = 2**40
 
 
-def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
-    """Explicit shapes first, then grid expansions; file order; duplicates dropped."""
+@dataclass(frozen=True)
+class ShapeEntry:
+    """One shape as written: every dim it names (key and bench dims), and where."""
+
+    values: dict[str, Any]
+    line: int
+    where: str
+
+
+def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -> tuple[ShapeEntry, ...]:
+    """Explicit shapes first, then grid expansions; file order. Each names every key dim (``dims``)
+    and may name bench dims besides; :func:`_ordered_shapes` checks them across the lists."""
     example = "{" + ", ".join(f"{d}: 256" for d in dims) + "}"
     seq = _list(ctx, value, key, line, example)
-    explicit: list[tuple[int, ...]] = []
-    grids: list[tuple[int, ...]] = []
+    explicit: list[ShapeEntry] = []
+    grids: list[ShapeEntry] = []
     for i, item in enumerate(seq):
         sub, iline = f"{key}[{i}]", seq.item_lines[i]
         if not isinstance(item, _Map):
@@ -36,37 +48,66 @@ def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -
             grids.extend(_grid(ctx, item, sub, iline, dims))
         else:
             explicit.append(_explicit(ctx, item, sub, iline, dims))
-    shapes = tuple(dict.fromkeys(explicit + grids))
+    shapes = explicit + grids
     if len(shapes) > MAX_SHAPES:
         ctx.fail(line, key, f"{len(shapes):,} shapes, over the {MAX_SHAPES:,} a kernel may declare",
                  "list fewer shapes: tables fall back to the nearest tuned shape in between")
-    return shapes
+    return tuple(shapes)
+
+
+def _ordered_shapes(ctx: _Ctx, key_dims: tuple[str, ...], *lists: tuple[ShapeEntry, ...]
+                    ) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
+    """The bench dims (the dims the shapes name beyond the key, in first-seen order), and each
+    list as value tuples over key dims then bench dims, duplicates dropped. Every shape of every
+    list names the same bench dims: the inputs builder is given all of them."""
+    named_by: dict[str, ShapeEntry] = {}  # each bench dim -> the first shape naming it
+    for entries in lists:
+        for entry in entries:
+            for dim in entry.values:
+                if dim not in key_dims:
+                    named_by.setdefault(dim, entry)
+    bench = list(named_by)
+    for entries in lists:
+        for entry in entries:
+            missing = [d for d in bench if d not in entry.values]
+            if missing:
+                ctx.fail(entry.line, entry.where,
+                         f"shape is missing bench dim {missing[0]!r} ({named_by[missing[0]].where} names it)",
+                         f"give every shape the same dims ({', '.join(key_dims + tuple(bench))}): "
+                         "the inputs builder gets all of them")
+    dims = key_dims + tuple(bench)
+    ordered = tuple(tuple(dict.fromkeys(tuple(e.values[d] for d in dims) for e in entries)) for entries in lists)
+    return tuple(bench), ordered
 
 
 def _check_dims(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> None:
-    """A shape mapping must name exactly the key dims."""
+    """A shape mapping names every key dim; any other dim it names is a bench dim (an identifier
+    that is not reserved)."""
     _mapping(ctx, m, key, line)
     for k in m:
-        if k not in dims:
-            hint = _did_you_mean(k, dims)
-            fix = f"{hint} " if hint else ""
-            ctx.fail(
-                m.key_lines[k],
-                _join(key, k),
-                f"{k!r} is not a key dim (key: {', '.join(dims)})",
-                f"{fix}remove it, or add it to key",
-            )
+        if k in dims:
+            continue
+        if not _is_ident(k) or k in FUNCTIONS or k == "grid":
+            ctx.fail(m.key_lines[k], _join(key, k), f"dim {_describe(k)} is not a name a constraint can use",
+                     f"name dims like M, N, T (letters, digits and _; not grid or {', '.join(FUNCTIONS)})")
+        twin = next((d for d in dims if d.lower() == k.lower()), None)
+        if twin is not None:
+            ctx.fail(m.key_lines[k], _join(key, k), f"{k!r} differs from key dim {twin!r} only in case",
+                     f"did you mean {twin!r}? (a bench dim needs a name of its own)")
     for d in dims:
         if d not in m:
-            ctx.fail(m.line, key, f"shape is missing key dim {d!r}", f"give every key dim: {', '.join(dims)}")
+            hint = _did_you_mean(d, [k for k in m if k not in dims])
+            ctx.fail(m.line, key, f"shape is missing key dim {d!r}",
+                     f"{hint + ' ' if hint else ''}give every key dim: {', '.join(dims)} "
+                     "(other dims a shape names are bench dims: the inputs see them, tables are keyed without them)")
 
 
-def _explicit(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> tuple[int, ...]:
+def _explicit(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> ShapeEntry:
     _check_dims(ctx, m, key, line, dims)
-    return tuple(_key_value(ctx, m[d], f"{key}.{d}", m.value_lines[d]) for d in dims)
+    return ShapeEntry({d: _key_value(ctx, m[d], f"{key}.{d}", m.value_lines[d]) for d in m}, line, key)
 
 
-def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> list[tuple[int, ...]]:
+def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> list[ShapeEntry]:
     _mapping(ctx, item, key, line)
     extra = [k for k in item if k != "grid"]
     if extra:
@@ -79,13 +120,14 @@ def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> 
     gkey = f"{key}.grid"
     g = _mapping(ctx, item["grid"], gkey, item.value_lines["grid"])
     _check_dims(ctx, g, gkey, item.value_lines["grid"], dims)
-    axes = [_grid_axis(ctx, g[d], f"{gkey}.{d}", g.value_lines[d]) for d in dims]
+    names = list(g)
+    axes = [_grid_axis(ctx, g[d], f"{gkey}.{d}", g.value_lines[d]) for d in names]
     count = math.prod(len(axis) for axis in axes)
     if count > MAX_SHAPES:
         ctx.fail(item.value_lines["grid"], gkey, f"the grid makes {count:,} shapes, over the {MAX_SHAPES:,} a kernel "
                  f"may declare (each is a bench task per dtype and GPU model)",
                  "list fewer sizes per dim: tables fall back to the nearest tuned shape in between")
-    return list(itertools.product(*axes))
+    return [ShapeEntry(dict(zip(names, values)), line, gkey) for values in itertools.product(*axes)]
 
 
 def _grid_axis(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[int, ...]:
@@ -112,13 +154,13 @@ def key_kind(value: Any) -> str:
 
 
 def _check_kinds(ctx: _Ctx, line: int, key: str, dims: tuple[str, ...], shapes: tuple[tuple, ...]) -> dict[str, str]:
-    """Each key dim's kind, the same in every shape (a dim mixing sizes and names is a mistake)."""
+    """Each dim's kind, the same in every shape (a dim mixing sizes and names is a mistake)."""
     kinds: dict[str, str] = {}
     for shape in shapes:
         for dim, value in zip(dims, shape):
             kind = key_kind(value)
             if kinds.setdefault(dim, kind) != kind:
-                ctx.fail(line, key, f"key dim {dim!r} mixes kinds ({kinds[dim]} and {kind} {value!r})",
+                ctx.fail(line, key, f"dim {dim!r} mixes kinds ({kinds[dim]} and {kind} {value!r})",
                          f"give {dim} values of one kind: sizes, true/false, or names")
     return kinds
 

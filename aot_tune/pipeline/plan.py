@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Collection, Sequence
 
-from aot_tune.cache import record_shape
+from aot_tune.cache import record_full_shape
 from aot_tune.search import strategies as search
 from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, SourceIndex, Toolchain, baselines_fingerprint, bench_fingerprint, digest,
                                   measured_dependencies)
@@ -115,7 +115,7 @@ class KernelPlan:
         if self._planned_keys is None:
             self._planned_keys = frozenset((u.device, u.dtype, tuple(u.shape)) for u in self.bench_units)
         key = record.device.key
-        return key in device_keys and (key, record.dtype, record_shape(record)) not in self._planned_keys
+        return key in device_keys and (key, record.dtype, record_full_shape(record)) not in self._planned_keys
 
     def compiles_for(self, bench: BenchUnit, config: Config, targets: tuple[str, ...]) -> list[CompileUnit]:
         """The compile tasks whose Triton cache entries this bench's launches of ``config`` use."""

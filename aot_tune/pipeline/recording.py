@@ -7,7 +7,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from aot_tune import cache as cache_io
-from aot_tune.cache import set_record_shape
+from aot_tune.cache import set_record_bench_dims, set_record_shape
 from aot_tune.bench.nvml import ClockReading
 from aot_tune.bench.runner import ConfigMeasurement, DeviceInfo, DeviceModel
 from aot_tune.fingerprint import Toolchain
@@ -28,7 +28,8 @@ def assemble_record(kp: KernelPlan, unit: BenchUnit, device: DeviceModel, toolch
                           dtype=unit.dtype, fingerprint=unit.fingerprint,
                           bench_seconds=round(elapsed + (previous.bench_seconds if previous else 0.0), 3),
                           measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    set_record_shape(record, unit.shape)
+    set_record_shape(record, spec.key_of(unit.shape))
+    set_record_bench_dims(record, spec.bench_of(unit.shape))
     # Device and versions exactly as the fingerprint saw them (doit check recomputes it from
     # these); the worker adds what only it can read. The plan reads versions from package
     # metadata, which may drop a local tag that torch.__version__ has (2.11.0 vs 2.11.0+cu130).

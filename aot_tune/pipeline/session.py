@@ -17,6 +17,7 @@ from typing import Iterable
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
+from aot_tune.cache import record_full_shape
 from aot_tune.codegen import render_module, write_module
 from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
@@ -433,7 +434,7 @@ class TuneSession:
         if previous is not None and previous.HasField("best"):
             return previous.best.id
         for record in self.staleness.cache(kp).records:
-            if (record.device.key, record.dtype, tuple(record.shape)) == (unit.device, unit.dtype, unit.shape):
+            if (record.device.key, record.dtype, record_full_shape(record)) == (unit.device, unit.dtype, unit.shape):
                 return record.best.id
         return ""
 

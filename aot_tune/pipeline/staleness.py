@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from aot_tune import cache as cache_io
-from aot_tune.cache import record_shape
+from aot_tune.cache import record_full_shape
 from aot_tune.build.compile import read_compile_result
 from aot_tune.fingerprint import MeasuredOn, bench_fingerprint
 from aot_tune.manifest import KernelSpec
@@ -155,7 +155,7 @@ def record_problem(spec: KernelSpec, code: str, record, versions_used: dict | No
     versions_used = versions_used or {"triton": record.toolchain.triton, "torch": record.toolchain.torch}
     on = MeasuredOn(record.device.key, record.device.name, record.device.compute_capability,
                     record.device.backend, versions_used["triton"], versions_used["torch"])
-    shape = record_shape(record)
+    shape = record_full_shape(record)
     if bench_fingerprint(spec, code, shape, record.dtype, on) != record.fingerprint:
         recorded = json.loads(record.search.settings) if record.HasField("search") else {"strategy": "exhaustive"}
         if recorded != spec.search.canonical():

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from aot_tune import __version__
 from aot_tune import cache as cache_io
-from aot_tune.cache import record_shape
+from aot_tune.cache import record_bench_dims, record_shape
 from aot_tune.reports import plots as report_plots
 from aot_tune.tables.check import Coverage, check
 from aot_tune.cost import Rate, floor_ms, rate
 from aot_tune.runtime.devices import DevicePeak, device_peak
+from aot_tune.select import key_pick
 from aot_tune.fileio import write_atomic
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.build.compile import CompileRecord
@@ -245,22 +246,34 @@ def _device_section(spec: KernelSpec, records: list[TuningRecord], coverage: Cov
     records = sorted(records, key=lambda r: (r.dtype, tuple(map(_sort_key, record_shape(r)))))
     first = records[0]
     peak = device_peak(first.device.name) if first.device.backend == "cuda" else None
+    by_key: dict[tuple, list[TuningRecord]] = {}
+    for record in records:
+        by_key.setdefault((record.dtype, record_shape(record)), []).append(record)
+    # A key benchmarked on several shapes (bench dims): its table holds one pick for all of them.
+    picks = {k: (picked[0].id, len(group)) for k, group in by_key.items()
+             if len(group) > 1 and (picked := key_pick(group)) is not None}
     dates = sorted(r.measured_at for r in records if r.measured_at)
     return DeviceSection(
         key=first.device.key, name=first.device.name, backend=first.device.backend,
         toolchain=f"triton {first.toolchain.triton}, torch {first.toolchain.torch}", peak=peak,
-        rows=[_shape_row(spec, r, peak) for r in records], heatmap=_heatmap(spec, records),
+        rows=[_shape_row(spec, r, peak, picks.get((r.dtype, record_shape(r)))) for r in records],
+        heatmap=_heatmap(spec, records),
         failures=_failures(records), bench_seconds=sum(r.bench_seconds for r in records), records=len(records),
         measured=f"{dates[0]} .. {dates[-1]}" if dates else "unknown",
         coverage=coverage, coverage_grid=_coverage_grid(spec, first.device.backend, coverage),
     )
 
 
-def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) -> ShapeRow:
+def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None,
+               pick: tuple[str, int] | None = None) -> ShapeRow:
+    """One measured shape. ``pick``, where the key was benchmarked on several shapes, is
+    (the table's config id for the key, how many shapes): the row then times that pick and
+    says what it loses against this shape's own best."""
     # Rates only for GPUs: the interpreter's times are Python wall clock, not a device's throughput.
     gpu = record.device.backend == "cuda"
-    work = spec.cost.work(dict(zip(record.key_names, record_shape(record))), record.dtype) if spec.cost and gpu else None
-    label = shape_label(record_shape(record))
+    named = {**dict(zip(record.key_names, record_shape(record))), **dict(record_bench_dims(record))}
+    work = spec.cost.work(named, record.dtype) if spec.cost and gpu else None
+    label = " ".join([shape_label(record_shape(record))] + [f"{n}={v}" for n, v in record_bench_dims(record)])
     compute_dtype = spec.cost.peak_dtype(record.dtype) if spec.cost else record.dtype
 
     def timed(m: Measurement | None, missing: str) -> Timed:
@@ -272,11 +285,19 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None) 
         return Timed(m.median_ms, config, rate(work, m.median_ms, peak, compute_dtype) if work else None)
 
     best = next((m for m in record.measurements if record.HasField("best") and m.config.id == record.best.id), None)
+    tuned = timed(best, "no config passed")
+    if pick is not None:
+        picked = next((m for m in record.measurements if m.config.id == pick[0]), None)
+        tuned = timed(picked, "the pick for the key was not measured on this shape")
+        if tuned.ms is not None and best is not None and best.median_ms > 0:
+            own = timed(best, "")
+            tuned = Timed(tuned.ms, f"{tuned.note} (the pick for the key over {pick[1]} shapes: "
+                          f"{tuned.ms / best.median_ms:.2f}x the best on this shape, {own.note})", tuned.rate)
     stale = "not measured: the record predates the baselines; fix: run `doit tune` on this device"
     default_missing = stale if spec.default_config is not None else "no default_config in the manifest"
     vendor_missing = stale if spec.vendor else "no vendor in the manifest"
     return ShapeRow(
-        dtype=record.dtype, shape=label, tuned=timed(best, "no config passed"),
+        dtype=record.dtype, shape=label, tuned=tuned,
         default=timed(record.default_baseline if record.HasField("default_baseline") else None, default_missing),
         vendor=timed(record.vendor_baseline if record.HasField("vendor_baseline") else None, vendor_missing),
         floor_ms=floor_ms(work, peak, compute_dtype) if work else None, gpu=gpu,

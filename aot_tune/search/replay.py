@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aot_tune.bench.engine.timing import MIN_SAMPLES
-from aot_tune.cache import config_from_proto, record_shape, set_samples
+from aot_tune.cache import config_from_proto, record_full_shape, set_samples
 from aot_tune.manifest import SearchSettings
 from aot_tune.search.strategies import run_search, source_from_record, transfer_plan
 from aot_tune.select import choose
@@ -143,7 +143,7 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
             setup[0] = 0.0
         return answer
 
-    shape = record_shape(record)
+    shape = record_full_shape(record)
     result = run_search(settings, candidates, invalid, measure,
                         [source_from_record(s, shape) for s in sources], clock)
     searched = TuningRecord(kernel=record.kernel, shape=list(shape), dtype=record.dtype)
@@ -165,7 +165,7 @@ def replay_suite(records: Sequence[TuningRecord], settings: SearchSettings, cloc
         clock = _still
     outcomes: list[ShapeResult] = []
     for dtype in sorted({r.dtype for r in records}):
-        group = {record_shape(r): r for r in records if r.dtype == dtype}
+        group = {record_full_shape(r): r for r in records if r.dtype == dtype}
         plan = transfer_plan(list(group)) if settings.strategy != "random" and settings.transfer else \
             {s: () for s in group}
         searched: dict[tuple[int, ...], TuningRecord] = {}

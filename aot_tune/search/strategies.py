@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from aot_tune.cache import config_from_proto, config_to_proto, record_shape
+from aot_tune.cache import config_from_proto, config_to_proto, record_full_shape
 from aot_tune.fingerprint import digest
 from aot_tune.manifest import SearchSettings
 from aot_tune.runtime.lookup import is_size, key_distance  # the runtime's nearest-key metric: transfer and fallback agree
@@ -150,7 +150,7 @@ def source_from_record(record: TuningRecord, shape: tuple[int, ...]) -> Source:
                for m in record.measurements if _ok(m)]
     passing.sort(key=lambda t: (t[2], t[1], t[0].id))
     winners = sorted((c for c, _, _ in passing), key=lambda c: c.id != record.best.id)  # stable
-    return Source(record_shape(record), key_distance(record_shape(record), tuple(shape)),
+    return Source(record_full_shape(record), key_distance(record_full_shape(record), tuple(shape)),
                   tuple((c, t) for c, t, _ in passing), tuple(winners))
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aot_tune import cache as cache_io
-from aot_tune.cache import record_shape
+from aot_tune.cache import record_full_shape
 from aot_tune.codegen import entries_missing_from_cache, is_generated, render_module
 from aot_tune.fingerprint import SourceIndex, measured_dependencies
 from aot_tune.manifest import KernelSpec, Manifest
@@ -190,7 +190,7 @@ def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str,
     first = records[0].device
     coverage = Coverage(spec.name, first.key)
     shapes = spec.shapes_for(first.backend)
-    by_key = {(r.dtype, record_shape(r)): r for r in records}
+    by_key = {(r.dtype, record_full_shape(r)): r for r in records}
     for shape in shapes:
         for dtype in spec.dtypes_for(first.backend):  # the interpreter's tables lack fp8 and bfloat16
             label = f"{dtype} {shape_label(shape)}"

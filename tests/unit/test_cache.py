@@ -134,15 +134,32 @@ def test_merge_keeps_different_identities_apart() -> None:
     b = make_record(device="h200", best={"BLOCK": 64})
     c = make_record(device="h100-sxm", dtype="bfloat16", best={"BLOCK": 16})
     d = make_record(device="h100-sxm", shape=(512, 256, 256), best={"BLOCK": 8})
-    merged = cache_io.merge_records([a], [b, c, d])
-    assert len(merged.records) == 4
+    e = make_record(device="h100-sxm", best={"BLOCK": 4})  # a's key, benchmarked with other rows
+    cache_io.set_record_bench_dims(e, [("T", 16384)])
+    merged = cache_io.merge_records([a], [b, c, d, e])
+    assert len(merged.records) == 5
     assert {cache_io.record_identity(r) for r in merged.records} == {
-        ("gemm", "h100-sxm", "float16", (256, 256, 256)),
-        ("gemm", "h200", "float16", (256, 256, 256)),
-        ("gemm", "h100-sxm", "bfloat16", (256, 256, 256)),
-        ("gemm", "h100-sxm", "float16", (512, 256, 256)),
+        ("gemm", "h100-sxm", "float16", (256, 256, 256), ()),
+        ("gemm", "h200", "float16", (256, 256, 256), ()),
+        ("gemm", "h100-sxm", "bfloat16", (256, 256, 256), ()),
+        ("gemm", "h100-sxm", "float16", (512, 256, 256), ()),
+        ("gemm", "h100-sxm", "float16", (256, 256, 256), (("T", 16384),)),
     }
+    assert cache_io.record_full_shape(e) == (256, 256, 256, 16384)
+    assert cache_io.describe_record(e) == "gemm h100-sxm float16 256x256x256 (T=16384)"
     assert merged.schema_version == cache_io.SCHEMA_VERSION
+
+
+def test_bench_dims_that_are_not_names_or_values_are_refused() -> None:
+    bad_name = make_record(best={"BLOCK": 4})
+    bad_name.bench_dims.add(name="M", int_value=4)  # a key dim's name
+    assert "bench dims" in cache_io.record_defect(bad_name)
+    bad_value = make_record(best={"BLOCK": 4})
+    bad_value.bench_dims.add(name="T", float_value=1.5)
+    assert "bench dims" in cache_io.record_defect(bad_value)
+    good = make_record(best={"BLOCK": 4})
+    cache_io.set_record_bench_dims(good, [("T", 4096), ("causal", True)])
+    assert cache_io.record_defect(good) == ""
 
 
 def test_without_samples_keeps_statistics_and_leaves_the_original() -> None:
