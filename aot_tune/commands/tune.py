@@ -18,7 +18,7 @@ from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
 from aot_tune.pipeline.plan import WORK_DIR
 from aot_tune.pipeline.runlog import append_run
 from aot_tune.pipeline.session import eprint
-from aot_tune.pipeline.summary import run_record, run_summary
+from aot_tune.pipeline.summary import end_to_end, run_record, run_summary
 
 #: doit's options, as tune means them (the help text matches the README).
 TUNE_OPTIONS = {
@@ -96,7 +96,7 @@ class TuneCommand(HelpOption, Run):
                     session.executors.close()
                     summary = run_summary(session)
                     if summary:
-                        eprint(summary)
+                        eprint(summary + "\n" + end_to_end(session, time.time() - started))
                     if result == 0 and reporter is not None and not reporter.ran:
                         # `python -m doit` has no program name of its own (doit takes "-m")
                         program = self.bin_name if self.bin_name.isidentifier() else "doit"

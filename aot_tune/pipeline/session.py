@@ -183,6 +183,9 @@ class TuneSession:
         start, began = time.perf_counter(), time.time()
         result = self.executors.compile(request, unit.config.id)
         self.seconds["compile"] += time.perf_counter() - start
+        self.seconds["compiling"] += result.seconds  # the compiles themselves, without the workers' start-up
+        if result.status == "ok":
+            self.seconds["slowest valid compile"] = max(self.seconds["slowest valid compile"], result.seconds)
         self._span("compile", began, time.time())
         self.compile_status[result.status] += 1
         record = CompileRecord(unit.fingerprint, unit.config.as_dict(), unit.specialization,

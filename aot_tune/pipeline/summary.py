@@ -54,6 +54,24 @@ def run_summary(session: TuneSession) -> str:
                      f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
     return "\n".join(lines)
 
+def end_to_end(session: TuneSession, wall_s: float) -> str:
+    """The run's last line: its wall time against its floor, the most it could not beat however
+    well stages overlap: the seconds spent compiling spread over every compile worker, the slowest
+    valid compile (it runs on one core), and the timed kernel launches spread over the devices.
+    Start-ups (imports, CUDA) are not in the floor: they are what overlapping should hide."""
+    seconds = session.seconds
+    jobs = session.executors.compile_jobs
+    spread = seconds["compiling"] / jobs
+    devices = max(1, session.plan.device.count)
+    timed = (seconds["measured"] + seconds["measured baselines"]) / devices
+    floor = max(spread, seconds["slowest valid compile"], timed)
+    parts = [f"compiling {seconds['compiling']:.1f}s / {jobs} workers = {spread:.1f}s",
+             f"slowest valid compile {seconds['slowest valid compile']:.1f}s",
+             f"timed launches {timed:.1f}s" + (f" a device ({devices})" if devices > 1 else "")]
+    ratio = f"{wall_s / floor:.1f}x the floor" if floor >= 0.05 else "no floor to compare with"
+    return f"end to end: {wall_s:.1f}s wall, floor {floor:.1f}s (the most of: {'; '.join(parts)}): {ratio}"
+
+
 def _bench_timing(session: TuneSession) -> str:
     """The bench stage's wall time, and how much of it waited for device workers to start
     (torch and CUDA start-up: in a full run they start while the compiles run)."""

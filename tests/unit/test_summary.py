@@ -6,13 +6,13 @@ import re
 from collections import Counter
 from types import SimpleNamespace
 
-from aot_tune.pipeline.summary import _bench_timing
+from aot_tune.pipeline.summary import _bench_timing, end_to_end
 
 
 def session(**seconds) -> SimpleNamespace:
     pool = SimpleNamespace(started_at=100.0, ready_at=100.5)
     return SimpleNamespace(spans={"bench": [100.0, 130.0]}, seconds=Counter(seconds), batches=7,
-                           executors=SimpleNamespace(devices=pool),
+                           executors=SimpleNamespace(devices=pool, compile_jobs=16),
                            plan=SimpleNamespace(device=SimpleNamespace(count=1)))
 
 
@@ -31,3 +31,17 @@ def test_the_share_counts_baselines_and_the_split_adds_up_to_the_held_time():
 def test_without_the_workers_split_only_the_share_is_given():
     line = _bench_timing(session(**{"measured": 8.0, "device held": 10.0}))
     assert "80% of the 10.0s" in line and "bench device time" not in line
+
+
+def test_end_to_end_names_the_floor_and_the_ratio():
+    # 149.4s of compiling on 16 workers (9.3s) is the floor, over the 7.8s of timed launches
+    line = end_to_end(session(**{"compiling": 149.4, "slowest valid compile": 3.0, "measured": 7.0,
+                                 "measured baselines": 0.8}), 40.8)
+    assert line.startswith("end to end: 40.8s wall, floor 9.3s (")
+    assert "compiling 149.4s / 16 workers = 9.3s; slowest valid compile 3.0s; timed launches 7.8s" in line
+    assert line.endswith(": 4.4x the floor")
+
+
+def test_end_to_end_floor_is_the_slowest_compile_when_it_dominates():
+    line = end_to_end(session(**{"compiling": 20.0, "slowest valid compile": 12.5, "measured": 2.0}), 25.0)
+    assert "floor 12.5s" in line and line.endswith("2.0x the floor")
