@@ -127,6 +127,20 @@ def claim(root: Path, spec: KernelSpec, cache: TuningCache) -> None:
     record(root, {f.path: f.data for f in files if _read(root / f.path) == f.data})
 
 
+def remove_dropped(root: Path, spec: KernelSpec, before: TuningCache, after: TuningCache) -> list[str]:
+    """Remove the export files ``before`` fills in and ``after`` does not (a device's tables dropped on
+    purpose), where they still hold what ``before`` exports; returns their paths. Nothing else removes
+    an export: a file of another triton (``{triton}`` in its path) stays for the libraries that read it."""
+    try:
+        kept = {f.path for f in render(root, spec, after)}
+        gone = [f for f in render(root, spec, before) if f.path not in kept and _read(root / f.path) == f.data]
+    except TuneError:
+        return []
+    for f in gone:
+        (root / f.path).unlink()
+    return [f.path for f in gone]
+
+
 def stale(root: Path, spec: KernelSpec, cache: TuningCache) -> bool:
     """Whether any export file is missing or differs (an export that cannot render is stale: the
     write then says why)."""

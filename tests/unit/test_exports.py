@@ -366,3 +366,31 @@ def test_two_kernels_sharing_an_export_path_are_refused(tmp_path):
     with pytest.raises(ManifestError, match=r"defaults.exports\[0\].path: 'configs/\{device\}.json' is also an export "
                                             r"of kernel 'fused_moe' \(for kernel 'other_moe'\); fix: put \{kernel\}"):
         load_manifest(tmp_path / "tuning.yaml")
+
+
+# --------------------------------------------------------------------------- merge-caches and drop-device
+
+
+def test_merge_caches_updates_the_exports_and_drop_device_removes_the_dropped_tables_files(tmp_path):
+    from aot_tune.tables.exchange import drop_devices, merge_into_project
+
+    (tmp_path / "moe.py").write_text("def fused_moe_kernel():\n    pass\n\n\ndef fused_moe():\n    pass\n\n\n"
+                                     "def make_inputs(shape, dtype, device):\n    pass\n")  # read, never run
+    m, spec = vllm(tmp_path)
+    cache_io.write_cache(moe_cache(ms=(1,), extra=[record((8, 14336, 1), config(1), device=INTERPRETER)]),
+                         tmp_path / spec.cache)
+    exports.write(tmp_path, spec, cache_io.read_cache(tmp_path / spec.cache, spec))
+    h100 = tmp_path / "configs" / "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3.json"
+    interpreter = tmp_path / "configs" / "E=8,N=14336,device_name=Triton_interpreter__CPU_.json"
+    assert list(json.loads(h100.read_text())) == ["1"] and interpreter.is_file()
+
+    incoming = tmp_path / "elsewhere.tuning.pb"  # another machine measured M=64 on its H100
+    cache_io.write_cache(TuningCache(schema_version=1, records=[record((8, 14336, 64), config(64))]), incoming)
+    merge_into_project(m, [incoming])
+    assert list(json.loads(h100.read_text())) == ["1", "64"]
+
+    summary = drop_devices(m, ["interpreter"], m.kernels)
+    assert not interpreter.exists() and h100.is_file()
+    assert summary.removed_exports == ["configs/E=8,N=14336,device_name=Triton_interpreter__CPU_.json"]
+    assert "removed their exports configs/E=8,N=14336,device_name=Triton_interpreter__CPU_.json" in summary.render()
+    assert exports.problems(tmp_path, spec, cache_io.read_cache(tmp_path / spec.cache, spec)) == []
