@@ -1,7 +1,8 @@
 """Exports end to end, in a project of someone else's (a folder outside this checkout with its own
 tuning.yaml, kernel module and exporter): `doit tune` under the interpreter writes a vLLM-style
 JSON file and a user exporter's file beside the generated module, refuses to write over a file
-it did not write, and `doit check` fails on a missing or stale export until `aot_tune export`."""
+it did not write but updates its own in a fresh clone, and `doit check` fails on a missing or
+stale export until `aot_tune export`."""
 from __future__ import annotations
 
 import json
@@ -119,9 +120,16 @@ def test_tune_writes_the_exports_guards_them_and_check_and_export_keep_them_in_s
     assert executed(tune(project, "-n", "2")) == []  # in sync: nothing to do
     assert "in sync" in doit(project, "check").stdout
 
+    # a fresh clone: the exports are checked in, .aot_tune/ (the record of what aot_tune wrote) is not;
+    # a retune that changes the cache still updates them, since they held what the old cache exported
+    (project / ".aot_tune" / "exports.json").unlink()
+    grown = MANIFEST.replace("M: [1, 4]", "M: [1, 2, 4]")
+    (project / "tuning.yaml").write_text(grown)
+    assert "generate:scale" in executed(tune(project, "-n", "2"))
+    assert list(json.loads((project / JSON_EXPORT).read_text())) == ["1", "2", "4"]
+
     (project / JSON_EXPORT).unlink()  # a missing export, and a stale one (the exporter changed)
-    (project / "exporters.py").write_text(EXPORTER)
-    (project / "tuning.yaml").write_text(MANIFEST.replace("exporters:csv_table", "exporters:csv_table_v2"))
+    (project / "tuning.yaml").write_text(grown.replace("exporters:csv_table", "exporters:csv_table_v2"))
     checked = doit(project, "check")
     assert checked.returncode == 1
     assert (f"problem: export {JSON_EXPORT} of kernel scale is missing; fix: run `doit export scale` and commit it"
