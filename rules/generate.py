@@ -1,11 +1,12 @@
-"""generate: render each kernel's cache into generated/<kernel>.py."""
+"""generate: render each kernel's cache into generated/<kernel>.py and its exports: files."""
 from __future__ import annotations
 
 from typing import Iterator
 
 
 def tasks(session) -> Iterator[dict]:
-    yield {"basename": "generate", "name": None, "doc": "write generated/<kernel>.py tables from the caches"}
+    yield {"basename": "generate", "name": None,
+           "doc": "write generated/<kernel>.py tables and the exports: files from the caches"}
     for kp in session.plan.kernels:
         yield {
             "basename": "generate",

@@ -18,6 +18,7 @@ from aot_tune.commands.loader import ManifestLoader
 COMMANDS = {
     "tune": "aot_tune.commands.tune:TuneCommand",
     "check": "aot_tune.commands.check:CheckCommand",
+    "export": "aot_tune.commands.export:ExportCommand",
     "merge-caches": "aot_tune.commands.merge_caches:MergeCachesCommand",
     "drop-device": "aot_tune.commands.merge_caches:DropDeviceCommand",
     "report": "aot_tune.commands.report:ReportCommand",

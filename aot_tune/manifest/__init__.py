@@ -1,11 +1,11 @@
 """The manifest: ``tuning.yaml`` parsed and validated into frozen, typed records (``records``); every
 mistake is one ``ManifestError`` line naming the file, the line, the key and a fix. Reading starts in
 ``kernels``; ``yaml_lines`` keeps the lines, ``checks`` words the errors, and ``shared_keys``,
-``space_rules``, ``shapes``, ``expressions`` and ``output_paths`` hold the rules of each part of an
-entry. Imports neither torch nor triton: the doit loader reads it on every run."""
+``space_rules``, ``shapes``, ``expressions``, ``output_paths`` and ``exports`` hold the rules of each part
+of an entry. Imports neither torch nor triton: the doit loader reads it on every run."""
 from aot_tune.manifest.kernels import MAX_KERNEL_NAME, load_manifest
-from aot_tune.manifest.records import (STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, KernelSpec, Manifest,
-                                       SearchSettings)
+from aot_tune.manifest.records import (STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, ExportSpec, KernelSpec,
+                                       Manifest, SearchSettings)
 
-__all__ = ["MAX_KERNEL_NAME", "STRATEGIES", "STRATEGY_KEYS", "BenchSettings", "Defaults", "KernelSpec", "Manifest",
-           "SearchSettings", "load_manifest"]
+__all__ = ["MAX_KERNEL_NAME", "STRATEGIES", "STRATEGY_KEYS", "BenchSettings", "Defaults", "ExportSpec", "KernelSpec",
+           "Manifest", "SearchSettings", "load_manifest"]

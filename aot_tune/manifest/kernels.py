@@ -24,6 +24,7 @@ from aot_tune.manifest.config_list import _config_list
 from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _is_int, _list, _mapping
 from aot_tune.cost import COST_NAMES
 from aot_tune.manifest.expressions import _check_flag_use, _compile_cost, _cost, _default_config
+from aot_tune.manifest.exports import _check_exports
 from aot_tune.space import ConfigSpace, Constraint, ConstraintError
 from aot_tune.manifest.output_paths import _check_outputs_distinct, _check_outputs_inside
 from aot_tune.manifest.records import Defaults, KernelSpec, Manifest
@@ -112,7 +113,7 @@ def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
 _KERNEL_KEYS = (
     "kernel", "launch", "inputs", "reference", "key", "space", "configs", "constraints",
     "shapes", "interpreter_shapes", "dtypes", "bench", "search", "targets", "cache", "generated",
-    "default_config", "vendor", "cost", "compile_cost", "devices", "dtype_combos", "tolerance",
+    "default_config", "vendor", "cost", "compile_cost", "devices", "dtype_combos", "tolerance", "exports",
 )  # fmt: skip
 _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "key", "shapes")
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
@@ -128,6 +129,7 @@ def _kernels(ctx: _Ctx, top: _Map, root: Path) -> tuple[KernelSpec, ...]:
     specs = tuple(_kernel(ctx, name, m, base, root) for name in m)
     _check_outputs_inside(ctx, specs, m, top, root)
     _check_outputs_distinct(ctx, specs, m)
+    _check_exports(ctx, specs, m, top, root)
     return specs
 
 
@@ -176,7 +178,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
         default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
         devices=s.devices,
-        dtype_combos=used_combos, tolerance=s.tolerance,
+        dtype_combos=used_combos, tolerance=s.tolerance, exports=s.exports,
     )  # fmt: skip
 
 

@@ -43,8 +43,8 @@ MAX_PATH_PART = 200
 _CACHE_SUFFIXES = (".pb", ".txtpb", ".textproto", ".pbtxt")
 
 
-def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top: _Map, root: Path) -> None:
-    """Outputs stay inside the project, and never land on a module a kernel entry names."""
+def _source_modules(specs: tuple[KernelSpec, ...]) -> set[str]:
+    """The module files the manifest's references name: no output may be written over them."""
     sources = set()
     for spec in specs:
         for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference, spec.vendor):
@@ -52,7 +52,31 @@ def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Ma
                 module = Path(*ref.partition(":")[0].split("."))
                 sources |= {posixpath.normpath((module.with_suffix(".py")).as_posix()),
                             posixpath.normpath((module / "__init__.py").as_posix())}
-    real_root = root.resolve()
+    return sources
+
+
+def _path_problem(path: str, root: Path, sources: set[str]) -> str:
+    """Why a relative output path may not be written ('' if it may): outside the project, through
+    a link leading out, a part too long for the file system, or a module a kernel imports."""
+    normal = posixpath.normpath(path)
+    if normal == ".." or normal.startswith("../") or normal == ".":
+        return f"{path!r} is outside the project folder"
+    try:
+        (root / normal).resolve().relative_to(root.resolve())
+    except ValueError:
+        return f"{path!r} leads outside the project folder (through a link)"
+    too_long = [part for part in normal.split("/") if len(part.encode()) > MAX_PATH_PART]
+    if too_long:
+        return (f"a part of {path!r} is {len(too_long[0].encode())} bytes long, over the {MAX_PATH_PART} a file "
+                f"name may take")
+    if normal in sources:
+        return f"{path!r} is a module the manifest's kernels import: writing it would overwrite their source"
+    return ""
+
+
+def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top: _Map, root: Path) -> None:
+    """Outputs stay inside the project, and never land on a module a kernel entry names."""
+    sources = _source_modules(specs)
     for spec in specs:
         km = kernels[spec.name]
         for what in ("cache", "generated"):
@@ -62,19 +86,9 @@ def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Ma
             key = f"kernels.{spec.name}.{what}"
             normal = posixpath.normpath(path)
             fix = f'keep it inside the project, e.g. {what}: "generated/{{kernel}}{".py" if what == "generated" else ".tuning.pb"}"'
-            if normal == ".." or normal.startswith("../") or normal == ".":
-                ctx.fail(line, key, f"{path!r} is outside the project folder", fix)
-            try:
-                (root / normal).resolve().relative_to(real_root)
-            except ValueError:
-                ctx.fail(line, key, f"{path!r} leads outside the project folder (through a link)", fix)
-            too_long = [part for part in normal.split("/") if len(part.encode()) > MAX_PATH_PART]
-            if too_long:
-                ctx.fail(line, key, f"a part of {path!r} is {len(too_long[0].encode())} bytes long, over the "
-                         f"{MAX_PATH_PART} a file name may take", "shorten the kernel name or the path")
-            if normal in sources:
-                ctx.fail(line, key, f"{path!r} is a module the manifest's kernels import: writing it would "
-                         f"overwrite their source", fix)
+            problem = _path_problem(path, root, sources)
+            if problem:
+                ctx.fail(line, key, problem, "shorten the kernel name or the path" if "bytes long" in problem else fix)
             if what == "cache" and not normal.endswith(_CACHE_SUFFIXES):
                 ctx.fail(line, key, f"the cache {path!r} must end in {', '.join(_CACHE_SUFFIXES)} "
                          f"(binary, or text for the last three)", 'write e.g. cache: "generated/{kernel}.tuning.pb"')

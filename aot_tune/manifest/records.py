@@ -85,6 +85,15 @@ class SearchSettings:
 
 
 @dataclass(frozen=True)
+class ExportSpec:
+    """One ``exports:`` item: a table written in a library's own format (aot_tune.exports)."""
+
+    to: str  # "json", or "module:function" of the project's own exporter
+    path: str  # a template over {kernel}, {device}, {device_name}, {dtype}, {triton} and the key dims
+    line: int
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """One kernel's validated entry; paths are relative to the manifest folder."""
 
@@ -111,6 +120,7 @@ class KernelSpec:
     devices: tuple[str, ...] = ()  # device keys it ships tables for: `doit check` flags those without one
     dtype_combos: tuple[DtypeCombo, ...] = ()  # the combinations the manifest declares (some may be unused)
     tolerance: tuple[tuple[str, float], ...] = ()  # the manifest's overrides of dtype_facts.TOLERANCE
+<<<<<<< HEAD
     #: Dims the shapes name beyond the key (rows, tokens): the inputs, constraints and costs see
     #: them, the tables are keyed without them. Shapes hold ``key`` values, then these.
     bench_dims: tuple[str, ...] = ()
@@ -127,6 +137,9 @@ class KernelSpec:
     def bench_of(self, shape: Sequence) -> tuple[tuple[str, object], ...]:
         """A shape's bench dims as ``((name, value), ...)``."""
         return tuple(zip(self.bench_dims, shape[len(self.key):], strict=True))
+=======
+    exports: tuple[ExportSpec, ...] = ()  # the tables in libraries' formats, written with the generated module
+>>>>>>> exports
 
     @property
     def combos(self) -> dict[str, DtypeCombo]:
@@ -218,3 +231,4 @@ class Defaults:
     devices: tuple[str, ...] = ()
     dtype_combos: tuple[DtypeCombo, ...] = ()
     tolerance: tuple[tuple[str, float], ...] = ()
+    exports: tuple[ExportSpec, ...] = ()

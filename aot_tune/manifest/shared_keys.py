@@ -1,5 +1,5 @@
 """The keys a kernel shares with ``defaults:`` (dtypes, targets, bench, search, cache,
-generated, devices): one parser per key, so a value means the same wherever it is written.
+generated, devices, exports): one parser per key, so a value means the same wherever it is written.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from aot_tune.dtypes import DtypeCombo
 from aot_tune.manifest.checks import (_Ctx, _as_yaml, _describe, _did_you_mean, _is_ident, _is_int, _join, _leaf,
                                       _list, _mapping, _positive_int, _positive_number)
 from aot_tune.manifest.device_keys import _devices
+from aot_tune.manifest.exports import _exports
 from aot_tune.manifest.output_paths import _template
 from aot_tune.manifest.records import STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, SearchSettings
 from aot_tune.manifest.yaml_lines import _Map
 
 
 #: dtype_combos first: dtypes and tolerance may name the combinations declared beside them.
-_SHARED_KEYS = ("dtype_combos", "dtypes", "tolerance", "targets", "bench", "search", "cache", "generated", "devices")
+_SHARED_KEYS = ("dtype_combos", "dtypes", "tolerance", "targets", "bench", "search", "cache", "generated", "devices",
+                "exports")
 
 
 def _defaults(ctx: _Ctx, top: _Map) -> Defaults:
@@ -219,4 +221,5 @@ _SHARED_PARSERS: dict[str, Callable[[_Ctx, Any, str, int, Defaults], Any]] = {
     "bench": _bench,
     "search": _search,
     "devices": _devices,
+    "exports": _exports,
 }

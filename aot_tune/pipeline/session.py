@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from aot_tune import cache as cache_io
+from aot_tune import cache as cache_io, exports
 from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.cache import record_full_shape
@@ -456,16 +456,22 @@ class TuneSession:
                 if record.fingerprint == unit.fingerprint and not cache_io.record_defect(record, kp.spec):
                     fresh.append(cache_io.without_samples(record))
         merged = cache_io.merge_records(kept, fresh)
+        exports.claim(self.plan.manifest.root, kp.spec, existing)  # a fresh clone's exports, before the cache moves on
         cache_io.write_cache(merged, kp.cache_path)
 
     # -- generate --------------------------------------------------------------------------
     def generate(self, kp: KernelPlan) -> StageFailure | None:
+        """The generated module and the kernel's exports, each file checked ours before any is written."""
         try:
+            prepared = exports.prepare(self.plan.manifest.root, kp.spec, self.staleness.cache(kp))
             write_module(kp.generated_path, self._render(kp))
+            prepared.write()
         except TuneError as exc:
             return StageFailure(str(exc))
 
     def generate_needed(self, kp: KernelPlan) -> bool:
+        if exports.stale(self.plan.manifest.root, kp.spec, self.staleness.cache(kp)):
+            return True
         try:
             return kp.generated_path.read_text() != self._render(kp)
         except FileNotFoundError:

@@ -19,13 +19,15 @@ one line naming the shapes and dtypes it lacks.
 
 A generated module must be exactly what its cache renders to, byte for byte: a module edited
 by hand (or by anything else) is flagged, and so is one holding tuned entries its cache lacks
-(the cache was deleted, emptied or truncated: the next run would drop those tables).
+(the cache was deleted, emptied or truncated: the next run would drop those tables). So must
+every file of the kernel's ``exports:`` (aot_tune.exports): a missing or stale one is flagged.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from aot_tune import cache as cache_io
+from aot_tune import exports
 from aot_tune.cache import record_full_shape
 from aot_tune.codegen import entries_missing_from_cache, is_generated, render_module
 from aot_tune.fingerprint import SourceIndex, measured_dependencies
@@ -73,11 +75,13 @@ class CheckReport:
     #: kernels with no table yet whose every dtype only GPUs measure (fp8): a note, not a failure,
     #: since no CPU run can make their table
     gpu_only_kernels: list[str] = field(default_factory=list)
+    #: one line each: an export file missing or out of sync with its cache
+    export_problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.coverage) and not self.outdated_modules and not self.untuned_kernels \
-            and not self.module_problems
+            and not self.module_problems and not self.export_problems
 
     def render(self) -> str:
         lines = [f"{'kernel':<16}{'device':<16}{'tuned':>7}{'stale':>7}{'missing':>9}"]
@@ -98,11 +102,11 @@ class CheckReport:
                          f"tables come from GPUs: run `doit tune {kernel}` on one and commit generated/")
         for path in self.outdated_modules:
             lines.append(f"stale: {path} does not match its cache")
-        for line in self.module_problems:
+        for line in self.module_problems + self.export_problems:
             lines.append(f"problem: {line}")
         stale = sorted({c.kernel for c in self.coverage if not c.ok} | set(self.untuned_kernels)
                        | {p.split("/")[-1].removesuffix(".py") for p in self.outdated_modules})
-        if self.module_problems and not stale:
+        if (self.module_problems or self.export_problems) and not stale:
             lines.append("not in sync: fix each 'problem' line as it says")
         elif stale:
             lines.append(f"out of date: {', '.join(stale)}; fix: run `doit tune {' '.join(stale)}` on each "
@@ -167,6 +171,7 @@ def check(manifest: Manifest, toolchain: str = "recorded", local_device: str | N
         elif (devices or generated.exists()) and _module_text(generated) != \
                 render_module(spec.name, spec.key, cache, manifest.path.name, spec.combo_table):
             report.outdated_modules.append(spec.generated)
+        report.export_problems.extend(exports.problems(manifest.root, spec, cache))
     return report
 
 

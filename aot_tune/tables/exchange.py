@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from aot_tune import cache as cache_io
+from aot_tune import cache as cache_io, exports
 from aot_tune.codegen import ensure_generated, entries_missing_from_cache, render_module, write_module
 from aot_tune.errors import TuneError
 from aot_tune.fingerprint import SourceIndex, measured_code
@@ -115,20 +115,22 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
 class DropSummary:
     devices: tuple[str, ...]
     dropped: dict[str, int] = field(default_factory=dict)  # kernel -> records removed
+    removed_exports: list[str] = field(default_factory=list)  # export files of the dropped tables
 
     def render(self) -> str:
         devices = ", ".join(self.devices)
         if not self.dropped:
             return f"no table of {devices} to drop"
         done = ", ".join(f"{k} ({n} record{'s' if n != 1 else ''})" for k, n in sorted(self.dropped.items()))
-        return f"dropped the {devices} tables of: {done}; commit generated/ to ship the change"
+        removed = f"; removed their exports {', '.join(self.removed_exports)}" if self.removed_exports else ""
+        return f"dropped the {devices} tables of: {done}{removed}; commit generated/ to ship the change"
 
 
 def drop_devices(manifest: Manifest, devices: Iterable[str], kernels: Iterable[KernelSpec]) -> DropSummary:
     """Remove the devices' records from the kernels' caches and their tables from the generated
     modules: the explicit way to drop a table (a run never does it on its own)."""
     summary = DropSummary(tuple(dict.fromkeys(devices)))
-    updates: list[tuple[KernelSpec, TuningCache]] = []
+    updates: list[tuple[KernelSpec, TuningCache, TuningCache]] = []
     for spec in kernels:
         cache = cache_io.read_cache(manifest.root / spec.cache, spec)
         kept = cache_io.sorted_cache(r for r in cache.records if r.device.key not in summary.devices)
@@ -138,22 +140,29 @@ def drop_devices(manifest: Manifest, devices: Iterable[str], kernels: Iterable[K
             raise TuneError(lost_tables_message(spec, others) + "; nothing was dropped")
         if len(kept.records) == len(cache.records) and not in_module:
             continue
-        updates.append((spec, kept))
+        updates.append((spec, kept, cache))
         summary.dropped[spec.name] = len(cache.records) - len(kept.records)
-    _write_tables(manifest, updates)
+    _write_tables(manifest, [(spec, kept) for spec, kept, _ in updates])
+    for spec, kept, cache in updates:
+        summary.removed_exports += exports.remove_dropped(manifest.root, spec, cache, kept)
     return summary
 
 
 def _write_tables(manifest: Manifest, updates: list[tuple[KernelSpec, TuningCache]]) -> None:
-    """Write each kernel's cache and its generated module. Everything is rendered, and every
-    module path checked (never over a file aot_tune did not write), before anything is written."""
+    """Write each kernel's cache, its generated module and its exports. Everything is rendered,
+    and every module and export path checked (never over a file aot_tune did not write), before
+    anything is written."""
     texts = [render_module(spec.name, spec.key, cache, manifest.path.name, spec.combo_table)
              for spec, cache in updates]
     for spec, _ in updates:
         ensure_generated(manifest.root / spec.generated)
-    for (spec, cache), text in zip(updates, texts):
+        if spec.exports:  # a fresh clone's exports, recorded before the cache moves on
+            exports.claim(manifest.root, spec, cache_io.read_cache(manifest.root / spec.cache, spec))
+    prepared = [exports.prepare(manifest.root, spec, cache) for spec, cache in updates]
+    for (spec, cache), text, files in zip(updates, texts, prepared):
         cache_io.write_cache(cache, manifest.root / spec.cache)
         write_module(manifest.root / spec.generated, text)
+        files.write()
 
 
 def _prefer(theirs: TuningRecord, mine: TuningRecord, current) -> bool:
