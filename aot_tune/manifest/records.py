@@ -120,7 +120,7 @@ class KernelSpec:
     devices: tuple[str, ...] = ()  # device keys it ships tables for: `doit check` flags those without one
     dtype_combos: tuple[DtypeCombo, ...] = ()  # the combinations the manifest declares (some may be unused)
     tolerance: tuple[tuple[str, float], ...] = ()  # the manifest's overrides of dtype_facts.TOLERANCE
-<<<<<<< HEAD
+    exports: tuple[ExportSpec, ...] = ()  # the tables in libraries' formats, written with the generated module
     #: Dims the shapes name beyond the key (rows, tokens): the inputs, constraints and costs see
     #: them, the tables are keyed without them. Shapes hold ``key`` values, then these.
     bench_dims: tuple[str, ...] = ()
@@ -137,9 +137,6 @@ class KernelSpec:
     def bench_of(self, shape: Sequence) -> tuple[tuple[str, object], ...]:
         """A shape's bench dims as ``((name, value), ...)``."""
         return tuple(zip(self.bench_dims, shape[len(self.key):], strict=True))
-=======
-    exports: tuple[ExportSpec, ...] = ()  # the tables in libraries' formats, written with the generated module
->>>>>>> exports
 
     @property
     def combos(self) -> dict[str, DtypeCombo]:
