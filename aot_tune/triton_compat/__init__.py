@@ -13,7 +13,8 @@ Each module's docstring lists the internals it relies on, and why:
 from aot_tune.triton_compat.binary import ResourceUsage, cuobjdump_path, resource_usage
 from aot_tune.triton_compat.disk_cache import (CacheHitCounter, cache_entry_folder, install_cache_entry,
                                                pack_cache_entry, triton_cache_dir)
-from aot_tune.triton_compat.layers import AUTOTUNER, HEURISTICS, autotuner_configs, heuristics_over, layer_kind
+from aot_tune.triton_compat.layers import (AUTOTUNER, HEURISTICS, autotuner_configs, autotuners_refused, heuristics_over,
+                                           layer_kind)
 from aot_tune.triton_compat.launch import (CapturedCompile, Specialization, capture_specializations,
                                            compile_instead_of_launch, jit_function, find_instead_of_launch, load_found)
 from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, SharedMemoryExceeded, compile_error_kind,
@@ -25,8 +26,8 @@ from aot_tune.triton_compat.warm import (hash_installation, import_first_launch_
                                          jit_with_compile_path, load_cached_kernel, prepare_runtime, warm_start_key,
                                          wrap_jit_compile)
 
-__all__ = ["AUTOTUNER", "HEURISTICS", "PINNED_ENV", "SHARED_MEMORY_LIMIT", "autotuner_configs", "cache_entry_folder",
-           "CacheHitCounter", "capture_specializations", "CapturedCompile", "compile_error_kind",
+__all__ = ["AUTOTUNER", "HEURISTICS", "PINNED_ENV", "SHARED_MEMORY_LIMIT", "autotuner_configs", "autotuners_refused",
+           "cache_entry_folder", "CacheHitCounter", "capture_specializations", "CapturedCompile", "compile_error_kind",
            "compile_instead_of_launch", "cuobjdump_path", "find_instead_of_launch", "hash_installation",
            "heuristics_over", "import_first_launch_modules", "install_cache_entry", "installation_identity",
            "jit_function", "jit_with_compile_path", "layer_kind", "load_cached_kernel", "load_found",

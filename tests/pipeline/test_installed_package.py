@@ -193,3 +193,34 @@ def test_an_installed_packages_kernels_are_adopted_tuned_and_launched_untouched(
         assert f"(64, 'float16'): {{'BLOCK_SIZE'" in tables and f"(100, 'float16'): {{'BLOCK_SIZE'" in tables, tables
     assert all(set(config) >= {"BLOCK_SIZE", "num_warps"} for pair in used for config in pair), used
     assert digests(site) == installed
+
+
+def test_a_launch_that_goes_through_the_librarys_autotuner_is_refused_not_measured(tmp_path):
+    """A hand-written launch that takes config= but calls the library's wrapper would measure the
+    autotuner's own pick under every candidate's name: its compiles fail with the fix instead."""
+    source = tmp_path / "src"
+    (source / PACKAGE).mkdir(parents=True)
+    (source / PACKAGE / "__init__.py").write_text("")
+    (source / PACKAGE / "ops.py").write_text(OPS)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tuning_inputs.py").write_text(INPUTS + f"\n\ndef mistaken(x, w, config):\n"
+                                                      f"    from {PACKAGE}.ops import scale\n    return scale(x, w)\n")
+    (project / "tuning.yaml").write_text(textwrap.dedent(f"""\
+        version: 1
+        defaults: {{targets: [sm90]}}
+        kernels:
+          mistake:
+            kernel: {PACKAGE}.ops:_scale_kernel
+            launch: tuning_inputs:mistaken
+            inputs: tuning_inputs:scale_inputs
+            key: [n_cols]
+            configs: {PACKAGE}.ops:CONFIGS
+            shapes: [{{n_cols: 64}}]
+        """))
+    proc = subprocess.run(doit_command("tune", "-n", "2", "--bench-backend", "interpreter"), cwd=project,
+                          env=subprocess_env(source), capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert ("mistake: the launch function tuning_inputs:mistaken launched instlib.ops:_scale_kernel through its "
+            "@triton.autotune, which runs a config of its own choosing") in proc.stdout + proc.stderr
+    assert not (project / "generated" / "mistake.py").exists()

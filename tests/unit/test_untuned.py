@@ -98,3 +98,14 @@ def test_the_chosen_configs_own_pre_hook_runs_and_prune_and_reset_do_not():
 def test_something_that_is_not_a_kernel_is_one_line():
     with pytest.raises(TuneError, match=r"aot_tune.untuned: .* is not a Triton kernel .*; fix: pass the @triton.jit"):
         aot_tune.untuned(lambda x: x)
+
+
+def test_while_tuning_a_launch_through_the_autotuner_is_refused_and_one_beneath_it_is_not():
+    from aot_tune import triton_compat
+
+    kernel = triton.heuristics(HEURISTICS)(triton.autotune(configs=CONFIGS, key=["n"])(scale_kernel))
+    with triton_compat.autotuners_refused(kernel, TuneError("refused")):
+        with pytest.raises(TuneError, match="refused"):
+            launch(kernel, 40, 2.0, [])
+        launch(aot_tune.untuned(kernel), 40, 2.0, [], BLOCK=16)
+    assert "run" not in vars(kernel.fn)  # the autotuner is as it was
