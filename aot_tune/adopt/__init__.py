@@ -117,7 +117,12 @@ def write_adoption(manifest: str | os.PathLike, adoption: Adoption) -> Path | No
     launch = adoption.launch
     path = Path(manifest).parent / f"{launch.module}.py" if launch is not None else None
     existing = path.read_text(encoding="utf-8") if path is not None and path.exists() else None
-    if existing is not None and defines(existing, launch.function):
+    try:
+        clash = existing is not None and defines(existing, launch.function)
+    except SyntaxError as exc:
+        raise TuneError(f"{path}:{exc.lineno}: does not parse ({exc.msg}), so {launch.function} cannot be appended; "
+                        f"fix: correct it, or print the entry (without --write) and paste it by hand") from None
+    if clash:
         raise TuneError(f"{path}: {launch.function} exists already; fix: remove it first, or print the entry "
                         f"(without --write) and merge it by hand")
     write_entry(manifest, adoption.name, adoption.entry)

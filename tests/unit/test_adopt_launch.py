@@ -165,3 +165,7 @@ def test_the_projects_own_kernel_keeps_its_placeholder_and_writing_twice_is_refu
         write_adoption(project / "other.yaml", adoption)
     assert not (project / "other.yaml").exists()  # nothing written where either would clash
     compile(written, "tuning_launch.py", "exec")  # the module the tuner imports parses
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "tuning_launch.py").write_text("def half(:\n")
+    with pytest.raises(TuneError, match=r"tuning_launch.py:1: does not parse .*; fix: correct it"):
+        write_adoption(tmp_path / "broken" / "tuning.yaml", adoption)
