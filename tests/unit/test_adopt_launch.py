@@ -143,7 +143,8 @@ def test_a_wrapper_whose_copy_could_mean_something_else_is_not_copied(library, k
     found = launch_function(library, kernel, kernel)
     assert isinstance(found, str) and re.search(reason, found), found
     adoption = adopt(f"{library.__name__}:{kernel}", library.__file__.rsplit("/", 2)[0] + "/project")
-    assert adoption.launch is None and f"    launch: {PLACEHOLDER}  # module:function(*inputs, config)" in adoption.entry
+    assert adoption.launch is None
+    assert f"    launch: {PLACEHOLDER}  # module:function(*inputs, config)" in adoption.entry
     assert f"Write one in your project that takes config and launches\n    # aot_tune.untuned({library.__name__}." \
            f"{kernel})[grid](..., **config)" in adoption.entry
 
@@ -159,7 +160,8 @@ def test_the_projects_own_kernel_keeps_its_placeholder_and_writing_twice_is_refu
     (project / "tuning_launch.py").write_text("import torch\n\nHELPER = 1\n")
     assert write_adoption(project / "tuning.yaml", adoption) == project / "tuning_launch.py"
     written = (project / "tuning_launch.py").read_text()
-    assert written.startswith("import torch\n\nHELPER = 1\n\n\n# launch_shift_kernel") and written.count("import torch") == 1
+    assert written.startswith("import torch\n\nHELPER = 1\n\n\n# launch_shift_kernel")
+    assert written.count("import torch") == 1
     assert "tuning_launch:launch_shift_kernel" in (project / "tuning.yaml").read_text()
     with pytest.raises(TuneError, match="tuning_launch.py: launch_shift_kernel exists already; fix:"):
         write_adoption(project / "other.yaml", adoption)
