@@ -1,7 +1,8 @@
 """aot_tune: ahead-of-time tuning of Triton kernels as incremental doit tasks.
 
 The tuner (``doit tune``) writes ``generated/<kernel>.py`` tables; kernels read them at run time
-through ``aot_tune.autotune`` (a drop-in for ``@triton.autotune``) or ``aot_tune.runtime.lookup``.
+through ``aot_tune.autotune`` (a drop-in for ``@triton.autotune``) or ``aot_tune.runtime.lookup``;
+``aot_tune.untuned(kernel)`` launches one config of a library's ``@triton.autotune`` kernel.
 Importing this package imports neither torch nor triton.
 """
 __version__ = "0.1.0"
@@ -28,5 +29,6 @@ def _use_checkout_rules() -> None:
 _use_checkout_rules()
 
 from aot_tune.runtime.decorator import autotune  # noqa: E402  (after __version__: codegen reads it from here)
+from aot_tune.runtime.untuned import untuned  # noqa: E402
 
-__all__ = ["autotune", "__version__"]
+__all__ = ["autotune", "untuned", "__version__"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal, TypeVar, get_args
 
 from aot_tune import triton_compat
-from aot_tune.build.loading import Combos, input_dtype, load_kernel_module_attrs
+from aot_tune.build.loading import Combos, autotuned_launch, input_dtype, load_kernel_module_attrs
 from aot_tune.runtime.forcing import launch_with_config
 from aot_tune.space import Constraint
 
@@ -173,10 +173,12 @@ def compile_config(request: CompileRequest, config_id: str, *, stop_early: bool 
     limit = triton_compat.shared_memory_limit(arch)
     counter = triton_compat.CacheHitCounter()
     stages = triton_compat.StageLog()
+    refused = autotuned_launch(request.kernel, request.kernel_ref, request.launch_ref)
     start = time.perf_counter()
     try:
         with counter.installed(), triton_compat.target_driver(arch), \
                 triton_compat.watched_stages(arch, limit if stop_early else sys.maxsize) as stages, \
+                triton_compat.autotuners_refused(kernel_fn, refused), \
                 triton_compat.compile_instead_of_launch(kernel_fn) as captured:
             for shape in request.shapes:
                 for dtype in request.dtypes:

@@ -29,6 +29,15 @@ def load_kernel_module_attrs(root: str, refs: Sequence[str]) -> list[Any]:
     return [resolve(root, ref) for ref in refs]
 
 
+def autotuned_launch(kernel: str, kernel_ref: str, launch_ref: str) -> TuneError:
+    """What a launch reaching the kernel's own ``@triton.autotune`` while tuning raises: it would
+    run the autotuner's pick (or benchmark) under the candidate's name."""
+    return TuneError(f"{kernel}: the launch function {launch_ref} launched {kernel_ref} through its "
+                     f"@triton.autotune, which runs a config of its own choosing instead of the candidate; "
+                     f"fix: launch aot_tune.untuned(kernel)[grid](..., **config) there "
+                     f"(docs/adopting.md#a-kernel-you-cannot-edit-an-installed-package)")
+
+
 #: A manifest's dtype combinations as requests carry them: ((name, ((argument, dtype), ...)), ...).
 Combos = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aot_tune.build.loading import Combos, input_dtype
+from aot_tune.build.loading import Combos, autotuned_launch, input_dtype
 from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
 from aot_tune.fingerprint import digest
@@ -81,7 +81,9 @@ def capture(request: SpecializeRequest) -> SpecializeResult:
         request.root, (request.kernel_ref, request.launch_ref, request.inputs_ref))
     result = SpecializeResult(request.target)
     start = time.perf_counter()
-    with triton_compat.target_driver(triton_compat.parse_target(request.target), capture=True):
+    refused = autotuned_launch(request.kernel, request.kernel_ref, request.launch_ref)
+    with triton_compat.target_driver(triton_compat.parse_target(request.target), capture=True), \
+            triton_compat.autotuners_refused(kernel_fn, refused):
         for shape, shape_dict, dtype, configs in request.launches:
             inputs = _meta_inputs(request, make_inputs, shape_dict, input_dtype(dtype, request.combos))
             specs = result.by_launch.setdefault(launch_key(shape, dtype), {})

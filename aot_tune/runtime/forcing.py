@@ -69,5 +69,7 @@ def launch_with_config(launch: Callable, inputs: Sequence[Any], config: Mapping[
         name = getattr(launch, "__qualname__", repr(launch))
         raise TuneError(f"{kernel or 'kernel'}: launch function {name} takes no config= and launched no "
                         f"aot_tune.autotune kernel with table '{kernel}'; fix: decorate the kernel with "
-                        f"@aot_tune.autotune(..., table='{kernel}') or add a config parameter to {name}")
+                        f"@aot_tune.autotune(..., table='{kernel}') or add a config parameter to {name} that it "
+                        f"passes to the launch (aot_tune.untuned(kernel)[grid](..., **config) for a kernel you "
+                        f"cannot edit)")
     return output

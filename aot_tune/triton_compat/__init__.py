@@ -7,11 +7,14 @@ Each module's docstring lists the internals it relies on, and why:
 * ``launch``: the launch path intercepted, to compile, load or capture a specialization instead;
 * ``binary``: a compiled kernel's registers and local memory, from its cubin;
 * ``disk_cache``: Triton's on-disk cache, its hits, and moving an entry to another cache folder;
-* ``warm``: loading a cached kernel without Triton's cache key, and a process's first-launch set-up.
+* ``warm``: loading a cached kernel without Triton's cache key, and a process's first-launch set-up;
+* ``layers``: what ``@triton.autotune`` and ``@triton.heuristics`` wrap (``aot_tune.untuned``).
 """
 from aot_tune.triton_compat.binary import ResourceUsage, cuobjdump_path, resource_usage
 from aot_tune.triton_compat.disk_cache import (CacheHitCounter, cache_entry_folder, install_cache_entry,
                                                pack_cache_entry, triton_cache_dir)
+from aot_tune.triton_compat.layers import (AUTOTUNER, HEURISTICS, autotuner_configs, autotuners_refused, heuristics_over,
+                                           layer_kind)
 from aot_tune.triton_compat.launch import (CapturedCompile, Specialization, capture_specializations,
                                            compile_instead_of_launch, jit_function, find_instead_of_launch, load_found)
 from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, SharedMemoryExceeded, compile_error_kind,
@@ -23,11 +26,12 @@ from aot_tune.triton_compat.warm import (hash_installation, import_first_launch_
                                          jit_with_compile_path, load_cached_kernel, prepare_runtime, warm_start_key,
                                          wrap_jit_compile)
 
-__all__ = ["PINNED_ENV", "SHARED_MEMORY_LIMIT", "CacheHitCounter", "CapturedCompile", "ResourceUsage",
-           "SharedMemoryExceeded", "StageLog", "Specialization", "cache_entry_folder", "capture_specializations",
-           "compile_error_kind", "compile_instead_of_launch", "cuobjdump_path", "hash_installation",
-           "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",
-           "jit_with_compile_path", "find_instead_of_launch", "load_cached_kernel", "load_found", "pack_cache_entry", "parse_target",
-           "pin_environment", "prepare_runtime", "resource_usage", "shared_memory_limit",
-           "target_driver", "triton_cache_dir", "triton_driver_created", "versions",
-           "warm_start_key", "watched_stages", "wrap_jit_compile", "ttgir_shared_lower_bound"]
+__all__ = ["AUTOTUNER", "HEURISTICS", "PINNED_ENV", "SHARED_MEMORY_LIMIT", "autotuner_configs", "autotuners_refused",
+           "cache_entry_folder", "CacheHitCounter", "capture_specializations", "CapturedCompile", "compile_error_kind",
+           "compile_instead_of_launch", "cuobjdump_path", "find_instead_of_launch", "hash_installation",
+           "heuristics_over", "import_first_launch_modules", "install_cache_entry", "installation_identity",
+           "jit_function", "jit_with_compile_path", "layer_kind", "load_cached_kernel", "load_found",
+           "pack_cache_entry", "parse_target", "pin_environment", "prepare_runtime", "resource_usage", "ResourceUsage",
+           "shared_memory_limit", "SharedMemoryExceeded", "Specialization", "StageLog", "target_driver",
+           "triton_cache_dir", "triton_driver_created", "ttgir_shared_lower_bound", "versions", "warm_start_key",
+           "watched_stages", "wrap_jit_compile"]
