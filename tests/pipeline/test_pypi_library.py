@@ -1,0 +1,117 @@
+"""A kernel library from PyPI that aot_tune did not write, installed as a user installs it and
+never edited: flash-linear-attention (``fla-core``), whose l2norm kernel is keyed on the feature
+dim ``D`` and a bucket ``NB`` of the rows, and which reads its own per-kernel config files.
+
+A project outside this checkout (tools/studies/fla_tables/project's ``fla_tuning.py``: launches
+through ``aot_tune.untuned``, and an exporter writing fla's format) tunes it with the rows ``T``
+as a bench dim, under the interpreter; then fla itself, in a process without aot_tune, reads the
+exported file and launches the tuned config (on the CPU it could not autotune: Triton's
+benchmarker needs a GPU, so running at all proves it read the file).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tunerun import REPO, executed, subprocess_env
+
+FLA = "fla-core==0.6.0"
+MANIFEST = """\
+version: 1
+defaults:
+  dtypes: [float16]
+  targets: [sm90]
+  bench: {warmup_ms: 1, rep_ms: 1}
+  exports:
+    - {to: "fla_tuning:fla_config_file", path: "fla_configs/{device_name}/{kernel}.json"}
+kernels:
+  l2norm_fwd_kernel:
+    kernel: fla.modules.norm.l2norm:l2norm_fwd_kernel
+    launch: fla_tuning:launch_blocked
+    inputs: fla_tuning:make_inputs
+    reference: fla_tuning:reference
+    key: [D, NB]
+    space: {BT: [16, 64], num_warps: [1, 4], num_stages: [3]}
+    constraints: ["NB == cdiv(T, 65536)"]
+    shapes:
+      - grid: {D: [16, 32], NB: [1], T: [8, 64]}
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """fla-core and einops from PyPI, installed into a folder as pip installs them (no edits)."""
+    target = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                           FLA, "einops"], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        if any(s in proc.stderr for s in ("NewConnectionError", "Could not find a version", "No matching distribution")):
+            pytest.skip(f"PyPI is not reachable here, {FLA} cannot be installed: {proc.stderr.strip()[-200:]}")
+        pytest.fail(f"pip install {FLA} failed:\n{proc.stderr}")
+    return target
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*.py"))}
+
+
+def test_fla_reads_the_tables_aot_tune_exported(site: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "tools" / "studies" / "fla_tables" / "project" / "fla_tuning.py", project)
+    (project / "tuning.yaml").write_text(MANIFEST)
+    installed = _digest(site / "fla")
+    env = subprocess_env(site, project)
+    proc = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _digest(site / "fla") == installed  # fla was not edited
+
+    (exported,) = (project / "fla_configs").glob("*/l2norm_fwd_kernel.json")
+    entries = json.loads(exported.read_text())["autotune_entries"]
+    keys = sorted(tuple(e["autotune_key"]) for e in entries.values())
+    assert keys == [(16, 1, "torch.float16", "torch.float16", "torch.float32"),
+                    (32, 1, "torch.float16", "torch.float16", "torch.float32")]  # per key; T is a bench dim
+    tables_path = project / "generated" / "l2norm_fwd_kernel.py"
+    namespace: dict = {}
+    exec(compile(tables_path.read_text(), str(tables_path), "exec"), namespace)
+    table = namespace["TABLES"]["interpreter"]
+
+    probe = (
+        "import json, sys, torch\n"
+        "from fla.modules.norm.l2norm import l2norm_fwd, l2norm_fwd_kernel\n"
+        "out = {}\n"
+        "for D in (16, 32):\n"
+        "    x = torch.randn(8, D, dtype=torch.float16)\n"
+        "    y, _ = l2norm_fwd(x)\n"
+        "    ref = x.float() * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + 1e-6)\n"
+        "    c = l2norm_fwd_kernel.best_config\n"
+        "    out[D] = {'config': {**c.kwargs, 'num_warps': c.num_warps, 'num_stages': c.num_stages},\n"
+        "              'error': float((y.float() - ref).norm() / ref.norm())}\n"
+        "print(json.dumps({'runs': out, 'aot_tune': 'aot_tune' in sys.modules}))\n")
+    fla_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLA_", "PYTHONPATH"))}
+    fla_env.update(PYTHONPATH=str(site), TRITON_INTERPRET="1", FLA_CACHE_MODE="strict",
+                   FLA_CONFIG_DIR=str(exported.parent))
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=fla_env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["aot_tune"] is False
+    for D, measured in result["runs"].items():
+        assert measured["config"] == table[(int(D), 1, "float16")]
+        assert measured["error"] < 1e-2
+
+    again = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
+                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and executed(again) == [] and "nothing to do" in again.stdout
+    check = subprocess.run([sys.executable, "-m", "aot_tune", "check"], cwd=project, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr
