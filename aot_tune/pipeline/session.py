@@ -449,7 +449,7 @@ class TuneSession:
                     record = cache_io.read_record(unit.output)
                 except TuneError:  # torn or foreign: not a finished result (its bench reruns next time)
                     continue
-                if record.fingerprint == unit.fingerprint and not cache_io.record_defect(record, kp.spec):
+                if record.fingerprint == unit.fingerprint and cache_io.record_answers(record, kp.spec):
                     fresh.append(cache_io.without_samples(record))
         merged = cache_io.merge_records(kept, fresh)
         cache_io.write_cache(merged, kp.cache_path)

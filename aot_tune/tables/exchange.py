@@ -1,6 +1,6 @@
 """Merging tuning caches made on other machines (other GPUs) into this project's caches.
 
-Policy, per record identity (kernel, device key, dtype, shape):
+Policy, per record identity (kernel, device key, dtype, key dims, shape):
 * same fingerprint on both sides: the newer measurement wins;
 * different fingerprints: the record that is current for this checkout's kernel sources and
   manifest wins (recomputed as ``doit check`` does, with the device and toolchain the record
@@ -9,9 +9,11 @@ Policy, per record identity (kernel, device key, dtype, shape):
 Records of one identity are never combined. Every device keeps its own table, so caches from
 an H100 and an H200 merge into one file and one generated module with both tables.
 
-Nothing is written until every incoming record has been checked against the manifest (its
-kernel's key dims, the params of its space and their types, dtype and device names): one bad
-record stops the merge with one line naming its file and index, and changes nothing on disk.
+Nothing is written until every incoming record has been checked (aot_tune.cache): one corrupt
+record (malformed, forged names) stops the merge with one line naming its file and index, and
+changes nothing on disk. A well-formed record that no longer answers this manifest (another key,
+a param the space lacks or holds with another type, or not every param of the space) is stale:
+it is left out, and the summary names it.
 A merge never drops a table either: if a generated module holds entries that the merged cache
 would lack, it stops (``doit drop-device`` drops a device's tables on purpose).
 """
@@ -38,12 +40,17 @@ class MergeSummary:
     kept: int = 0
     unknown_kernels: set[str] = field(default_factory=set)
     kernels: set[str] = field(default_factory=set)
+    #: (kernel, what changed) -> devices of the incoming records left out as stale
+    stale: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     def render(self) -> str:
         text = (f"merged into {len(self.kernels)} kernel cache(s): {self.added} records added, "
                 f"{self.replaced} replaced, {self.kept} kept (ours were newer or current)")
         if self.unknown_kernels:
             text += f"\nskipped records of kernels not in the manifest: {', '.join(sorted(self.unknown_kernels))}"
+        for (kernel, what), devices in sorted(self.stale.items()):
+            text += (f"\nskipped stale records of {kernel} on {', '.join(sorted(devices))} ({what}): they were "
+                     f"tuned for an earlier tuning.yaml (`doit check` says which devices still need a retune)")
         return text
 
 
@@ -76,11 +83,15 @@ def merge_into_project(manifest: Manifest, files: list[Path]) -> MergeSummary:
             if spec is None:
                 summary.unknown_kernels.add(record.kernel)
                 continue
-            problem = cache_io.record_defect(record, spec, complete=True)
+            problem = cache_io.record_defect(record, spec)
             if problem:
                 raise TuneError(f"{path}: record {index} ({cache_io.describe_record(record)}): {problem}; "
-                                f"nothing was merged; fix: merge caches made with this manifest's kernels and "
-                                f"spaces, or restore that file")
+                                f"nothing was merged; fix: restore that file from git, or regenerate it on the "
+                                f"machine that measured it")
+            stale = cache_io.record_mismatch(record, spec, complete=True)
+            if stale is not None:
+                summary.stale.setdefault((record.kernel, stale.what), set()).add(record.device.key)
+                continue
             incoming.setdefault(record.kernel, []).append(record)
     updates: list[tuple[KernelSpec, TuningCache]] = []
     for kernel, records in sorted(incoming.items()):

@@ -84,7 +84,7 @@ def test_text_output_is_deterministic_and_sorted_regardless_of_insertion_order(t
     assert order == sorted(order)
     assert len(order) == len(records)
     # numeric shape order, not string order: 256 before 1024 before 4096
-    first_shapes = [o[3] for o in order[:4]]
+    first_shapes = [o[-1] for o in order[:4]]
     assert first_shapes == [(256, 64, 64), (256, 4096, 64), (1024, 64, 64), (4096, 64, 64)]
     assert [o[:3] for o in order[:1]] == [("gemm", "h100-sxm", "bfloat16")]
 
@@ -136,13 +136,24 @@ def test_merge_keeps_different_identities_apart() -> None:
     d = make_record(device="h100-sxm", shape=(512, 256, 256), best={"BLOCK": 8})
     merged = cache_io.merge_records([a], [b, c, d])
     assert len(merged.records) == 4
+    key = ("M", "N", "K")
     assert {cache_io.record_identity(r) for r in merged.records} == {
-        ("gemm", "h100-sxm", "float16", (256, 256, 256)),
-        ("gemm", "h200", "float16", (256, 256, 256)),
-        ("gemm", "h100-sxm", "bfloat16", (256, 256, 256)),
-        ("gemm", "h100-sxm", "float16", (512, 256, 256)),
+        ("gemm", "h100-sxm", "float16", key, (256, 256, 256)),
+        ("gemm", "h200", "float16", key, (256, 256, 256)),
+        ("gemm", "h100-sxm", "bfloat16", key, (256, 256, 256)),
+        ("gemm", "h100-sxm", "float16", key, (512, 256, 256)),
     }
     assert merged.schema_version == cache_io.SCHEMA_VERSION
+
+
+def test_records_of_another_key_never_stand_for_each_other() -> None:
+    """After a key change (M, N, K) -> (N, M, K), equal values under other dims are other keys."""
+    old = make_record(best={"BLOCK": 32})
+    new = make_record(measured_at="2025-02-01T00:00:00+00:00", best={"BLOCK": 64})
+    new.key_names[:] = ["N", "M", "K"]
+    merged = cache_io.merge_records([old], [new])
+    assert len(merged.records) == 2
+    assert cache_io.record_identity(old) != cache_io.record_identity(new)
 
 
 def test_without_samples_keeps_statistics_and_leaves_the_original() -> None:
