@@ -111,6 +111,8 @@ class KernelSpec:
     devices: tuple[str, ...] = ()  # device keys it ships tables for: `doit check` flags those without one
     dtype_combos: tuple[DtypeCombo, ...] = ()  # the combinations the manifest declares (some may be unused)
     tolerance: tuple[tuple[str, float], ...] = ()  # the manifest's overrides of dtype_facts.TOLERANCE
+    key_line: int = 0  # where `key:` and the space (`space:` or `configs:`) are: what a stale record names
+    space_line: int = 0
 
     @property
     def combos(self) -> dict[str, DtypeCombo]:

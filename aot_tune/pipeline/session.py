@@ -17,7 +17,7 @@ from typing import Iterable
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
-from aot_tune.codegen import render_module, write_module
+from aot_tune.codegen import render_kernel, write_module
 from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
 from aot_tune.workers import forking
@@ -31,6 +31,7 @@ from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
 from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, search_proto, share_out
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
+from aot_tune.tables.guard import stale_tables_message
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
@@ -441,7 +442,7 @@ class TuneSession:
     def merge(self, kp: KernelPlan) -> None:
         """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
         existing = self.staleness.cache(kp)
-        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device_keys)]
+        kept = [r for r, gone in zip(existing.records, self.staleness.replaced_here(kp)) if not gone]
         fresh = []
         for unit in kp.bench_units:
             if unit.output.exists():
@@ -456,6 +457,11 @@ class TuneSession:
 
     # -- generate --------------------------------------------------------------------------
     def generate(self, kp: KernelPlan) -> StageFailure | None:
+        """Refused while the module holds tables of devices the manifest made stale (tables.guard)."""
+        refused = stale_tables_message(kp.spec, kp.generated_path, self.staleness.checked(kp),
+                                       self.plan.manifest.path.name)
+        if refused:
+            return StageFailure(refused)
         try:
             write_module(kp.generated_path, self._render(kp))
         except TuneError as exc:
@@ -468,8 +474,7 @@ class TuneSession:
             return True
 
     def _render(self, kp: KernelPlan) -> str:
-        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name,
-                             kp.spec.combo_table)
+        return render_kernel(kp.spec, self.staleness.checked(kp), self.plan.manifest.path.name)
 
 def _measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:

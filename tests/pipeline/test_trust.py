@@ -168,6 +168,19 @@ def test_merge_caches_leaves_a_stale_record_out_and_names_it(project, tmp_path, 
     assert f"skipped stale records of vector_add on h100-sxm ({what}" in summary.render()
 
 
+def test_merge_caches_replaces_a_devices_stale_records_with_its_current_ones(project, tmp_path):
+    """A device retuned elsewhere after a key edit: its records replace the stale ones here, as a
+    retune here would, and its table follows the manifest's key."""
+    old_key = forged("another key")
+    spec = project.kernel("vector_add")
+    cache_io.write_cache(cache_io.sorted_cache([old_key]), project.root / spec.cache)
+    summary = merge_into_project(project, [_write(tmp_path / "new.tuning.pb", good_record())])
+    assert summary.superseded == 1
+    records = cache_io.read_cache(project.root / spec.cache).records
+    assert [tuple(r.key_names) for r in records] == [("n",)]
+    assert list(codegen.module_tables(project.root / spec.generated)["h100-sxm"]) == [(4096, "float16")]
+
+
 def test_merge_caches_command_refuses_an_injected_device_name(project, tmp_path):
     record = good_record()
     record.device.name += PAYLOAD
