@@ -6,11 +6,15 @@ protobuf parses text in pure Python (seconds for a GEMM space on one GPU). Text 
 Either way the reviewable diff of a retune is the generated module. Merged caches keep each
 measurement's statistics; the raw samples stay in the per-task outputs under ``.aot_tune/``.
 
-Every record read is validated (``record_defect``): a cache comes from git, from another
+Every record read is checked (``check_records``): a cache comes from git, from another
 machine or from ``doit merge-caches``, and what it holds ends up in generated modules that
-everyone imports. A record that is malformed or forged (control characters in a device name,
-a param without a value, a key of another arity) stops the read with one line naming the file
-and the record, and never reaches a table.
+everyone imports. The check tells two things apart. A record that is malformed or forged
+(control characters in a device name, a param without a value, shape values that do not fit
+its own key dims) is corrupt: it stops the read with one line naming the file and the record,
+and never reaches a table. A well-formed record that no longer matches the manifest (its key
+dims or its params are not the manifest's: someone edited tuning.yaml) is stale: it is read,
+kept in the cache, and reported with what changed (``Mismatch``) until its device is retuned or
+dropped.
 """
 from __future__ import annotations
 
@@ -18,8 +22,9 @@ import math
 import os
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from google.protobuf import text_format
 
@@ -44,8 +49,12 @@ def is_text(path: str | os.PathLike) -> bool:
 
 def record_identity(record: TuningRecord) -> tuple:
     """What one record answers: the best config of a kernel for one benchmarked shape (its key
-    and bench dims) on a device."""
-    return (record.kernel, record.device.key, record.dtype, record_shape(record), record_bench_dims(record))
+    and bench dims) on a device. The key dims are part of it: after a key change, a record of the
+    old key and one of the new never stand for each other, even where their values coincide
+    (before the shape, so that records of one key sort as they always did, and values of
+    different keys are never compared)."""
+    return (record.kernel, record.device.key, record.dtype, tuple(record.key_names), record_shape(record),
+            record_bench_dims(record))
 
 
 _KEY_FIELDS = {bool: "bool_value", int: "int_value", str: "string_value"}
@@ -89,11 +98,16 @@ def set_record_shape(record: "TuningRecord | TransferSource", shape: Sequence) -
 
 def read_cache(path: str | os.PathLike, spec: "KernelSpec | None" = None) -> TuningCache:
     """An empty cache if the file does not exist; a clear error if it does not parse or holds a
-    record that cannot be trusted (checked against the manifest's ``spec`` of its kernel if given)."""
+    corrupt record. Stale records (see ``read_checked``) are read like the others."""
+    return read_checked(path, spec).cache
+
+
+def read_checked(path: str | os.PathLike, spec: "KernelSpec | None" = None) -> "CheckedCache":
+    """``read_cache``, with each record's mismatch against the manifest's ``spec`` of its kernel."""
     path = Path(path)
     cache = TuningCache()
     if not path.exists():
-        return cache
+        return CheckedCache(cache, ())
     data = path.read_bytes()
     try:
         if is_text(path):
@@ -107,8 +121,39 @@ def read_cache(path: str | os.PathLike, spec: "KernelSpec | None" = None) -> Tun
     if cache.schema_version > SCHEMA_VERSION:
         raise TuneError(f"{path}: schema version {cache.schema_version} is newer than this aot_tune "
                         f"understands ({SCHEMA_VERSION}); fix: upgrade aot_tune")
-    check_records(cache.records, path, spec)
-    return cache
+    return check_cache(cache, path, spec)
+
+
+def check_cache(cache: TuningCache, path: str | os.PathLike, spec: "KernelSpec | None" = None) -> "CheckedCache":
+    """A cache held in memory (e.g. one about to be written), checked as ``read_checked`` does."""
+    return CheckedCache(cache, tuple(check_records(cache.records, path, spec)))
+
+
+class Mismatch(NamedTuple):
+    """Why a well-formed record no longer answers the manifest: it is stale, not corrupt."""
+
+    part: str  # what of the manifest changed: "key" or "space"
+    what: str  # e.g. "the key changed from [n] to [n, m]", "param BLOCK removed from the space"
+
+
+@dataclass(frozen=True)
+class CheckedCache:
+    """A cache and, per record, its mismatch against the manifest (None: it answers the manifest)."""
+
+    cache: TuningCache
+    stale: tuple[Mismatch | None, ...]
+
+    def stale_records(self) -> list[tuple[TuningRecord, Mismatch]]:
+        return [(r, why) for r, why in zip(self.cache.records, self.stale) if why is not None]
+
+    def current(self) -> TuningCache:
+        """The records that answer the manifest: what tables are made of (the cache itself when
+        nothing is stale, so the common case copies nothing)."""
+        if not any(self.stale):
+            return self.cache
+        current = TuningCache(schema_version=self.cache.schema_version)
+        current.records.extend(r for r, why in zip(self.cache.records, self.stale) if why is None)
+        return current
 
 
 # --------------------------------------------------------------------------- validation
@@ -135,25 +180,43 @@ def describe_record(record: TuningRecord) -> str:
     return " ".join(printable(part)[:64] for part in parts)
 
 
-def record_defect(record: TuningRecord, spec: "KernelSpec | None" = None, complete: bool = False) -> str:
-    """Why a record cannot be trusted ('' if it can). Without ``spec``: its form (names, versions,
-    device, params). With the manifest's ``spec`` of its kernel: also that it answers that kernel
-    (key dims, params of the space with values of the space's types); ``complete`` also asks
-    every config to set every param of the space (what ``doit merge-caches`` lets in)."""
-    return _RecordCheck(spec, complete).defect(record)
+def record_defect(record: TuningRecord, spec: "KernelSpec | None" = None) -> str:
+    """Why a record is corrupt ('' if it is not): its form (names, versions, device, params, shape
+    values against its own key dims), and with ``spec``, that it is a record of that kernel."""
+    return _RecordCheck(spec, False).verdict(record)[0]
+
+
+def record_mismatch(record: TuningRecord, spec: "KernelSpec", complete: bool = False) -> Mismatch | None:
+    """Why a well-formed record of ``spec``'s kernel is stale (None if it answers the manifest):
+    its key dims are not the manifest's, or a config sets a param the space lacks or holds a
+    value of another type than the space's; ``complete`` also asks every config to set every
+    param of the space (what ``doit merge-caches`` lets in)."""
+    return _RecordCheck(spec, complete).verdict(record)[1]
+
+
+def record_answers(record: TuningRecord, spec: "KernelSpec") -> bool:
+    """Neither corrupt nor stale: a record that may enter ``spec``'s cache as current."""
+    return _RecordCheck(spec, False).verdict(record) == ("", None)
 
 
 def check_records(records: Iterable[TuningRecord], path: str | os.PathLike, spec: "KernelSpec | None" = None,
-                  complete: bool = False) -> None:
-    """Raise one line naming the file and the first record that cannot be trusted; records of
-    other kernels than ``spec``'s get the checks of form only."""
+                  complete: bool = False) -> list[Mismatch | None]:
+    """Raise one line naming the file and the first corrupt record; else each record's mismatch
+    against ``spec`` (records of other kernels get the checks of form only, and None)."""
     with_spec, form_only = _RecordCheck(spec, complete), _RecordCheck(None, False)
+    mismatches = []
     for index, record in enumerate(records):
         check = with_spec if spec is None or record.kernel == spec.name else form_only
-        defect = check.defect(record)
+        defect, mismatch = check.verdict(record)
         if defect:
             raise TuneError(f"{path}: record {index} ({describe_record(record)}): {defect}; fix: restore the "
                             f"file from git, or regenerate it on the machine that measured it")
+        mismatches.append(mismatch)
+    return mismatches
+
+
+def _dims(names: Iterable[str]) -> str:
+    return "[" + ", ".join(names) + "]"
 
 
 def _key_value_ok(value: object) -> bool:
@@ -164,8 +227,10 @@ def _key_value_ok(value: object) -> bool:
 
 
 class _RecordCheck:
-    """The checks of ``record_defect``, with what they derive from the manifest computed once:
-    a cache is read on every run, and a GEMM record holds thousands of configs."""
+    """The one place a record is judged: corrupt (``record_defect``) or stale against the manifest
+    (``record_mismatch``), both in one pass over its configs, with what they derive from the
+    manifest computed once: a cache is read on every run, and a GEMM record holds thousands of
+    configs."""
 
     def __init__(self, spec: "KernelSpec | None", complete: bool) -> None:
         from aot_tune.bench.runner import MEASUREMENT_STATUSES
@@ -177,7 +242,37 @@ class _RecordCheck:
             if spec is not None else None
         self.good_names: set[str] = set()
 
-    def defect(self, record: TuningRecord) -> str:
+    def verdict(self, record: TuningRecord) -> tuple[str, Mismatch | None]:
+        """(why it is corrupt, or ''; why it is stale, or None): a corrupt record is not judged stale."""
+        defect = self._form_defect(record)
+        if defect:
+            return defect, None
+        mismatch = None
+        configs = [("best config", record.best)] if record.HasField("best") else []
+        configs += [(f"measurement {i}", m.config) for i, m in enumerate(record.measurements)]
+        configs += [(name.replace("_", " "), getattr(record, name).config)
+                    for name in ("default_baseline", "vendor_baseline") if record.HasField(name)]
+        for where, config in configs:
+            defect, stale = self._config_check(config)
+            if defect:
+                return f"{where}: {defect}", None
+            mismatch = mismatch or stale
+        for i, m in enumerate(record.measurements):
+            if m.status not in self.statuses:
+                return f"measurement {i}: unknown status {m.status!r}", None
+        if self.spec is None:
+            return "", None
+        if record.kernel != self.spec.name:
+            return f"it is a record of kernel {record.kernel!r}, not {self.spec.name!r}", None
+        if tuple(record.key_names) != self.spec.key:
+            return "", Mismatch("key", f"the key changed from {_dims(record.key_names)} to {_dims(self.spec.key)}")
+        bench_names = tuple(p.name for p in record.bench_dims)
+        if bench_names != self.spec.bench_dims:
+            return "", Mismatch("key", f"the bench dims changed from {_dims(bench_names)} to "
+                                       f"{_dims(self.spec.bench_dims)}")
+        return "", mismatch
+
+    def _form_defect(self, record: TuningRecord) -> str:
         from aot_tune.runtime.devices import INTERPRETER, device_key
 
         if not _KERNEL.fullmatch(record.kernel):
@@ -215,52 +310,40 @@ class _RecordCheck:
             version = getattr(record.toolchain, tool)
             if version and not _VERSION.fullmatch(version):
                 return f"{tool} version {version!r} is not a version string"
-        configs = [("best config", record.best)] if record.HasField("best") else []
-        configs += [(f"measurement {i}", m.config) for i, m in enumerate(record.measurements)]
-        configs += [(name.replace("_", " "), getattr(record, name).config)
-                    for name in ("default_baseline", "vendor_baseline") if record.HasField(name)]
-        for where, config in configs:
-            defect = self._config_defect(config)
-            if defect:
-                return f"{where}: {defect}"
-        for i, m in enumerate(record.measurements):
-            if m.status not in self.statuses:
-                return f"measurement {i}: unknown status {m.status!r}"
-        if self.spec is not None:
-            if record.kernel != self.spec.name:
-                return f"it is a record of kernel {record.kernel!r}, not {self.spec.name!r}"
-            if tuple(record.key_names) != self.spec.key:
-                return f"key dims {list(record.key_names)} differ from the manifest's key {list(self.spec.key)}"
         return ""
 
-    def _config_defect(self, config) -> str:
+    def _config_check(self, config) -> tuple[str, Mismatch | None]:
+        """(its defect of form, or ''; its first mismatch against the space, or None)."""
         if not _CONFIG_ID.fullmatch(config.id):
-            return f"config id {config.id!r} is not an id"
+            return f"config id {config.id!r} is not an id", None
         kinds = self.kinds
         names = []
+        mismatch = None
         for param in config.params:
             kind = param.WhichOneof("value")
             if param.name not in self.good_names:
                 if not _IDENTIFIER.fullmatch(param.name):
-                    return f"param name {param.name!r} is not an identifier"
+                    return f"param name {param.name!r} is not an identifier", None
                 self.good_names.add(param.name)
             if kind is None:
-                return f"param {param.name} has no value"
+                return f"param {param.name} has no value", None
             value = getattr(param, kind)
             if kind == "float_value" and not math.isfinite(value):
-                return f"param {param.name} is {value}, not a finite number"
+                return f"param {param.name} is {value}, not a finite number", None
             if kind == "string_value" and (not value.isprintable() or len(value) > _TEXT_LIMIT):
-                return f"param {param.name} is not one printable line of at most {_TEXT_LIMIT} characters"
-            if kinds is not None:
+                return f"param {param.name} is not one printable line of at most {_TEXT_LIMIT} characters", None
+            if kinds is not None and mismatch is None:
                 if param.name not in kinds:
-                    return f"param {param.name!r} is not in the space ({', '.join(kinds)})"
-                if kind not in kinds[param.name]:
+                    mismatch = Mismatch("space", f"param {param.name} removed from the space")
+                elif kind not in kinds[param.name]:
                     shown = "/".join(sorted(k.removesuffix("_value") for k in kinds[param.name]))
-                    return f"param {param.name} holds a {kind.removesuffix('_value')}, the space {shown}"
+                    mismatch = Mismatch("space", f"param {param.name} changed type (the space holds {shown}, "
+                                                 f"the records {kind.removesuffix('_value')})")
             names.append(param.name)
-        if kinds is not None and self.complete and config.params and set(names) != set(kinds):
-            return f"params {sorted(names)} are not the space's {sorted(kinds)}"
-        return ""
+        if kinds is not None and mismatch is None and self.complete and config.params and set(names) != set(kinds):
+            added = sorted(set(kinds) - set(names))
+            mismatch = Mismatch("space", f"param{'s' * (len(added) > 1)} {', '.join(added)} added to the space")
+        return "", mismatch
 
 
 def _value_kind(value) -> str:

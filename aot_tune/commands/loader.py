@@ -14,7 +14,6 @@ from doit.loader import generate_tasks
 
 from aot_tune.bench.local.detect import detect
 from aot_tune.build.deadline import CompileDeadline
-from aot_tune.codegen import entries_missing_from_cache
 from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_compile_deadline, opt_executor,
                                        opt_insecure_tcp, opt_manifest, opt_scheduler, opt_tls_ca_file, opt_tls_cert,
                                        opt_tls_key, opt_worker_wait)
@@ -22,7 +21,7 @@ from aot_tune.errors import TuneError
 from aot_tune.pipeline.plan import Plan, build_plan
 from aot_tune.pipeline.session import StageFailure, TuneSession, eprint
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.tables.guard import lost_tables_message
+from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message
 from aot_tune.triton_compat import versions
 from aot_tune.workers.pools import Executors
 
@@ -67,9 +66,10 @@ def set_aside_broken_database(path: Path) -> None:
 
 def guard_tables(plan: Plan, staleness: Staleness) -> None:
     """Refuse to run when a generated module holds entries its cache lacks: rendering it again
-    would drop those tables without anyone asking (a deleted, emptied or truncated cache)."""
+    would drop those tables without anyone asking (a deleted, emptied or truncated cache). Tables
+    made stale by a manifest edit are not lost: the generate stage guards those."""
     for kp in plan.kernels:
-        missing = entries_missing_from_cache(kp.generated_path, staleness.cache(kp), kp.spec.name)
+        missing = entries_missing_from_cache(kp.generated_path, staleness.cache(kp), kp.spec)
         if missing:
             raise TuneError(lost_tables_message(kp.spec, missing))
 
@@ -150,6 +150,8 @@ class ManifestLoader(TaskLoader2):
             note = plan.compile_only_note()
             if note:
                 eprint(f"aot_tune: {note}")
+            for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
+                eprint(f"aot_tune: {change.line(plan.device_keys)}")
             try:
                 self.session.specialize()
             except TuneError as err:

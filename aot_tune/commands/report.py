@@ -106,13 +106,19 @@ class NoRecords(TuneError):
 
 def _subset(manifest, spec, tolerance: float, devices: str):
     from aot_tune import cache as cache_io
+    from aot_tune.pipeline.staleness import manifest_changes
     from aot_tune.runtime.devices import INTERPRETER
     from aot_tune.reports.subset import select_subset
 
-    records = cache_io.read_cache(manifest.root / spec.cache).records
+    checked = cache_io.read_checked(manifest.root / spec.cache, spec)
+    for change in manifest_changes(spec, checked.stale_records(), manifest.path.name):
+        print(f"note: stale records left out: {change.line()}", file=sys.stderr)
+    records = [r for r, stale in zip(checked.cache.records, checked.stale) if stale is None]
     present = sorted({r.device.key for r in records})
     if not present:
-        raise NoRecords(f"{spec.name} has no tuned records in {spec.cache}; fix: run `doit tune {spec.name}` first")
+        current = " current" if checked.stale_records() else ""
+        raise NoRecords(f"{spec.name} has no{current} tuned records in {spec.cache}; fix: run `doit tune {spec.name}` "
+                        f"first")
     wanted = [d.strip() for d in devices.split(",") if d.strip()]
     unknown = [d for d in wanted if d not in present]
     if unknown:

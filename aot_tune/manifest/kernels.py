@@ -178,7 +178,8 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
         cache=s.cache.replace("{kernel}", name), generated=s.generated.replace("{kernel}", name), line=line,
         default_config=default, vendor=vendor, cost=cost, compile_cost=compile_cost, search=s.search,
         devices=s.devices,
-        dtype_combos=used_combos, tolerance=s.tolerance, exports=s.exports,
+        dtype_combos=used_combos, tolerance=s.tolerance, exports=s.exports, key_line=m.value_lines["key"],
+        space_line=m.key_lines["space" if "space" in m else "configs"],
     )  # fmt: skip
 
 

@@ -124,6 +124,8 @@ class KernelSpec:
     #: Dims the shapes name beyond the key (rows, tokens): the inputs, constraints and costs see
     #: them, the tables are keyed without them. Shapes hold ``key`` values, then these.
     bench_dims: tuple[str, ...] = ()
+    key_line: int = 0  # where `key:` and the space (`space:` or `configs:`) are: what a stale record names
+    space_line: int = 0
 
     @property
     def dims(self) -> tuple[str, ...]:

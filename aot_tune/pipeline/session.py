@@ -18,7 +18,7 @@ from aot_tune import cache as cache_io, exports
 from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.cache import record_full_shape
-from aot_tune.codegen import render_module, write_module
+from aot_tune.codegen import render_kernel, write_module
 from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
 from aot_tune.workers import forking
@@ -32,6 +32,7 @@ from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
 from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, search_proto, share_out
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
+from aot_tune.tables.guard import stale_tables_message
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
@@ -445,7 +446,7 @@ class TuneSession:
     def merge(self, kp: KernelPlan) -> None:
         """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
         existing = self.staleness.cache(kp)
-        kept = [r for r in existing.records if not kp.unplanned_local(r, self.plan.device_keys)]
+        kept = [r for r, gone in zip(existing.records, self.staleness.replaced_here(kp)) if not gone]
         fresh = []
         for unit in kp.bench_units:
             if unit.output.exists():
@@ -453,24 +454,29 @@ class TuneSession:
                     record = cache_io.read_record(unit.output)
                 except TuneError:  # torn or foreign: not a finished result (its bench reruns next time)
                     continue
-                if record.fingerprint == unit.fingerprint and not cache_io.record_defect(record, kp.spec):
+                if record.fingerprint == unit.fingerprint and cache_io.record_answers(record, kp.spec):
                     fresh.append(cache_io.without_samples(record))
         merged = cache_io.merge_records(kept, fresh)
-        exports.claim(self.plan.manifest.root, kp.spec, existing)  # a fresh clone's exports, before the cache moves on
+        exports.claim(self.plan.manifest.root, kp.spec, self.staleness.checked(kp).current())  # a fresh clone's exports, before the cache moves on
         cache_io.write_cache(merged, kp.cache_path)
 
     # -- generate --------------------------------------------------------------------------
     def generate(self, kp: KernelPlan) -> StageFailure | None:
-        """The generated module and the kernel's exports, each file checked ours before any is written."""
+        """The generated module and the kernel's exports, each file checked ours before any is
+        written; refused while the module holds tables of devices the manifest made stale (tables.guard)."""
+        checked = self.staleness.checked(kp)
+        refused = stale_tables_message(kp.spec, kp.generated_path, checked, self.plan.manifest.path.name)
+        if refused:
+            return StageFailure(refused)
         try:
-            prepared = exports.prepare(self.plan.manifest.root, kp.spec, self.staleness.cache(kp))
+            prepared = exports.prepare(self.plan.manifest.root, kp.spec, checked.current())
             write_module(kp.generated_path, self._render(kp))
             prepared.write()
         except TuneError as exc:
             return StageFailure(str(exc))
 
     def generate_needed(self, kp: KernelPlan) -> bool:
-        if exports.stale(self.plan.manifest.root, kp.spec, self.staleness.cache(kp)):
+        if exports.stale(self.plan.manifest.root, kp.spec, self.staleness.checked(kp).current()):
             return True
         try:
             return kp.generated_path.read_text() != self._render(kp)
@@ -478,8 +484,7 @@ class TuneSession:
             return True
 
     def _render(self, kp: KernelPlan) -> str:
-        return render_module(kp.spec.name, kp.spec.key, self.staleness.cache(kp), self.plan.manifest.path.name,
-                             kp.spec.combo_table)
+        return render_kernel(kp.spec, self.staleness.checked(kp), self.plan.manifest.path.name)
 
 def _measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:

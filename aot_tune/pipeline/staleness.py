@@ -5,14 +5,21 @@ Staleness is decided from durable files (per-task outputs under ``.aot_tune/`` a
 caches), never from doit's dependency database alone: doit writes that database only when a run
 ends, so a killed run would otherwise redo finished work, and a fresh clone would retune
 everything although its caches already hold the answers.
+
+A record whose key dims or params are no longer the manifest's (tuning.yaml's key or space was
+edited) is stale too (aot_tune.cache.Mismatch): a run replaces the records of the devices it
+tunes, and the other devices' stay, named with what changed (``ManifestChange``), until they
+are retuned there or dropped with ``doit drop-device``.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Collection, Iterable
 
 from aot_tune import cache as cache_io
-from aot_tune.cache import record_full_shape
+from aot_tune.cache import CheckedCache, Mismatch, record_full_shape
 from aot_tune.build.compile import read_compile_result
 from aot_tune.fingerprint import MeasuredOn, bench_fingerprint
 from aot_tune.manifest import KernelSpec
@@ -22,25 +29,74 @@ from aot_tune.space import Config
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
 
+@dataclass(frozen=True)
+class ManifestChange:
+    """An edit of a kernel's key or space, and the devices whose records (and tables) it made stale."""
+
+    kernel: str
+    what: str  # e.g. "the key changed from [n] to [n, m]"
+    where: str  # e.g. "tuning.yaml:12"
+    devices: tuple[str, ...]
+
+    def line(self, retuned: Collection[str] | None = None) -> str:
+        """One line for ``doit tune`` (``retuned``: the devices this run tunes), or for ``doit check``."""
+        head = f"{self.kernel}: {self.what} ({self.where}): the tables of {', '.join(self.devices)} are stale"
+        drop = f"doit drop-device --kernel {self.kernel}"
+        if retuned is None:
+            return (f"{head}; fix: retune {self.kernel} on {', '.join(self.devices)} (doit tune {self.kernel} "
+                    f"there), or drop them with {drop} {' '.join(self.devices)}")
+        here = [d for d in self.devices if d in retuned]
+        others = [d for d in self.devices if d not in retuned]
+        parts = [head]
+        if here:
+            whose = "this machine's device" if len(retuned) == 1 else "the devices it runs on"
+            parts.append(f"doit tune retunes {whose} ({', '.join(here)})")
+        if others:
+            parts.append(f"retune {'the others' if here else 'them'} there, or drop them with {drop} "
+                         f"{' '.join(others)}")
+        return "; ".join(parts)
+
+
+def manifest_changes(spec: KernelSpec, stale: Iterable[tuple[TuningRecord, Mismatch]],
+                     manifest_name: str) -> list[ManifestChange]:
+    """The stale records of ``spec``'s kernel grouped by what changed, each with its devices."""
+    devices: dict[Mismatch, set[str]] = {}
+    for record, why in stale:
+        devices.setdefault(why, set()).add(record.device.key)
+    changes = []
+    for why in sorted(devices):
+        line = spec.key_line if why.part == "key" else spec.space_line
+        where = f"{manifest_name}:{line}" if line else manifest_name
+        changes.append(ManifestChange(spec.name, why.what, where, tuple(sorted(devices[why]))))
+    return changes
+
+
 class Staleness:
     """Answers 'does this unit need to run' from durable outputs; parses each file once per change."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self._caches: dict[Path, tuple[tuple[int, int], TuningCache, dict[str, TuningRecord]]] = {}
+        self._caches: dict[Path, tuple[tuple[int, int], CheckedCache, dict[str, TuningRecord]]] = {}
         self._outputs: dict[Path, tuple[tuple[int, int], TuningRecord | None]] = {}
         self._to_measure: dict[Path, tuple[TuningRecord | None, list[Config], frozenset[Config]]] = {}
 
     def cache(self, kp: KernelPlan) -> TuningCache:
         """The kernel's merged cache, re-read only when the file changed (it is read on every check)."""
+        return self._cache_entry(kp)[1].cache
+
+    def checked(self, kp: KernelPlan) -> CheckedCache:
+        """The cache with each record's mismatch against the manifest (read with it, in one pass)."""
         return self._cache_entry(kp)[1]
+
+    def manifest_changes(self, kp: KernelPlan) -> list[ManifestChange]:
+        return manifest_changes(kp.spec, self.checked(kp).stale_records(), self.plan.manifest.path.name)
 
     def _cache_entry(self, kp: KernelPlan):
         version = _file_version(kp.cache_path)
         memo = self._caches.get(kp.cache_path)
         if memo is None or memo[0] != version:
-            cache = cache_io.read_cache(kp.cache_path, kp.spec)
-            memo = self._caches[kp.cache_path] = (version, cache, {r.fingerprint: r for r in cache.records})
+            checked = cache_io.read_checked(kp.cache_path, kp.spec)
+            memo = self._caches[kp.cache_path] = (version, checked, {r.fingerprint: r for r in checked.cache.records})
         return memo
 
     def previous_record(self, kp: KernelPlan, unit: BenchUnit) -> TuningRecord | None:
@@ -110,10 +166,17 @@ class Staleness:
 
     def merge_needed(self, kp: KernelPlan) -> bool:
         """Some planned result is not in the cache as planned, or it holds a local record no longer planned."""
-        _, cache, by_fingerprint = self._cache_entry(kp)
-        devices = self.plan.device_keys
-        return any(kp.unplanned_local(r, devices) for r in cache.records) or \
-            any(not _covers(by_fingerprint.get(u.fingerprint), u) for u in kp.bench_units)
+        by_fingerprint = self._cache_entry(kp)[2]
+        return any(self.replaced_here(kp)) or any(not _covers(by_fingerprint.get(u.fingerprint), u)
+                                                  for u in kp.bench_units)
+
+    def replaced_here(self, kp: KernelPlan) -> list[bool]:
+        """Per record of the cache, whether this run's merge drops it: a record of a device this run
+        tunes that the manifest no longer asks for (a dtype or shape it dropped, or a key or space
+        it changed: this run's records replace it). Other devices' records stay, stale or not."""
+        checked, devices = self.checked(kp), self.plan.device_keys
+        return [kp.unplanned_local(r, devices) or (why is not None and r.device.key in devices)
+                for r, why in zip(checked.cache.records, checked.stale)]
 
 
 def _covers(record: TuningRecord | None, unit: BenchUnit) -> bool:

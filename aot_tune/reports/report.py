@@ -207,13 +207,16 @@ class ReportPaths:
 def build_report(manifest: Manifest, kernels: tuple[KernelSpec, ...] | None = None) -> Report:
     """Read the caches and local outputs into the report's data; plots when matplotlib is there."""
     specs = kernels or manifest.kernels
-    coverage = {(c.kernel, c.device): c for c in check(manifest).coverage}
+    checked = check(manifest)
+    coverage = {(c.kernel, c.device): c for c in checked.coverage}
     work_dir = manifest.root / WORK_DIR
     plots = report_plots.available()
     sections = [_kernel_section(manifest, spec, coverage, work_dir) for spec in specs]
     runs = [_run_row(r) for r in read_runs(work_dir)[-RUNS_SHOWN:]]
     report = Report(manifest=str(manifest.path), version=__version__, kernels=sections, runs=runs, plots=plots,
                     generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    names = {spec.name for spec in specs}  # stale records have no rows: the note says what changed
+    report.notes += [f"stale: {c.line()}" for c in checked.manifest_changes if c.kernel in names]
     if not runs:
         report.no_runs = _no_runs(work_dir / RUNS_FILE)
     if plots:
@@ -227,10 +230,10 @@ def build_report(manifest: Manifest, kernels: tuple[KernelSpec, ...] | None = No
 
 
 def _kernel_section(manifest: Manifest, spec: KernelSpec, coverage: dict, work_dir: Path) -> KernelSection:
-    cache = cache_io.read_cache(manifest.root / spec.cache)
+    cache = cache_io.read_checked(manifest.root / spec.cache, spec)
     by_device: dict[str, list[TuningRecord]] = {}
-    for record in cache.records:
-        if record.kernel == spec.name:
+    for record, stale in zip(cache.cache.records, cache.stale):
+        if record.kernel == spec.name and stale is None:
             by_device.setdefault(record.device.key, []).append(record)
     unit = None
     if spec.cost is not None:

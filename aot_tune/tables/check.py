@@ -12,6 +12,10 @@ manifest asks of that device (``interpreter_shapes`` for the interpreter) is cla
   search: did not search among exactly them);
 * missing: no record.
 
+A record whose key dims or params are no longer the manifest's (the key or the space was edited)
+is stale as well, whatever its shape, with what changed; one line per change names the devices
+it made stale and the fix (retune there, or ``doit drop-device``).
+
 A device with no records at all is checked too when something asks for it: a device key the
 manifest declares (``devices:``; the interpreter only when declared), and, on a GPU machine,
 the GPU this machine would tune for (its key passed in as ``local_device``). Such a device is
@@ -19,8 +23,9 @@ one line naming the shapes and dtypes it lacks.
 
 A generated module must be exactly what its cache renders to, byte for byte: a module edited
 by hand (or by anything else) is flagged, and so is one holding tuned entries its cache lacks
-(the cache was deleted, emptied or truncated: the next run would drop those tables). So must
-every file of the kernel's ``exports:`` (aot_tune.exports): a missing or stale one is flagged.
+(the cache was deleted, emptied or truncated: the next run would drop those tables), or tables
+whose records the manifest made stale (aot_tune.tables.guard). So must every file of the
+kernel's ``exports:`` (aot_tune.exports): a missing or stale one is flagged.
 """
 from __future__ import annotations
 
@@ -28,14 +33,14 @@ from dataclasses import dataclass, field
 
 from aot_tune import cache as cache_io
 from aot_tune import exports
-from aot_tune.cache import record_full_shape
-from aot_tune.codegen import entries_missing_from_cache, is_generated, render_module
+from aot_tune.cache import Mismatch, record_full_shape
+from aot_tune.codegen import is_generated, render_kernel
 from aot_tune.fingerprint import SourceIndex, measured_dependencies
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.plan import shape_label
-from aot_tune.pipeline.staleness import record_problem
+from aot_tune.pipeline.staleness import ManifestChange, manifest_changes, record_problem
 from aot_tune.runtime.devices import INTERPRETER
-from aot_tune.tables.guard import lost_tables_message
+from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
 from aot_tune.triton_compat import versions
 
 TOOLCHAIN_MODES = ("recorded", "installed")
@@ -77,11 +82,13 @@ class CheckReport:
     gpu_only_kernels: list[str] = field(default_factory=list)
     #: one line each: an export file missing or out of sync with its cache
     export_problems: list[str] = field(default_factory=list)
+    #: edits of a kernel's key or space that left records stale, with the devices they concern
+    manifest_changes: list[ManifestChange] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.coverage) and not self.outdated_modules and not self.untuned_kernels \
-            and not self.module_problems and not self.export_problems
+            and not self.module_problems and not self.export_problems and not self.manifest_changes
 
     def render(self) -> str:
         lines = [f"{'kernel':<16}{'device':<16}{'tuned':>7}{'stale':>7}{'missing':>9}"]
@@ -100,12 +107,15 @@ class CheckReport:
         for kernel in self.gpu_only_kernels:
             lines.append(f"note: {kernel} has no table yet; the interpreter cannot compute its dtypes, so its "
                          f"tables come from GPUs: run `doit tune {kernel}` on one and commit generated/")
+        for change in self.manifest_changes:
+            lines.append(f"stale: {change.line()}")
         for path in self.outdated_modules:
             lines.append(f"stale: {path} does not match its cache")
         for line in self.module_problems + self.export_problems:
             lines.append(f"problem: {line}")
         stale = sorted({c.kernel for c in self.coverage if not c.ok} | set(self.untuned_kernels)
-                       | {p.split("/")[-1].removesuffix(".py") for p in self.outdated_modules})
+                       | {p.split("/")[-1].removesuffix(".py") for p in self.outdated_modules}
+                       | {c.kernel for c in self.manifest_changes})
         if (self.module_problems or self.export_problems) and not stale:
             lines.append("not in sync: fix each 'problem' line as it says")
         elif stale:
@@ -147,8 +157,9 @@ def check(manifest: Manifest, toolchain: str = "recorded", local_device: str | N
     report.declared = sorted({device for spec in manifest.kernels for device in spec.devices})
     for spec in manifest.kernels:
         code, dependencies = measured_dependencies(sources, spec)
-        cache_path = manifest.root / spec.cache
-        cache = cache_io.read_cache(cache_path, spec)
+        checked = cache_io.read_checked(manifest.root / spec.cache, spec)
+        cache = checked.cache
+        report.manifest_changes += manifest_changes(spec, checked.stale_records(), manifest.path.name)
         devices = sorted({r.device.key for r in cache.records})
         required = {device: "declared in devices:" for device in spec.devices}
         if local_device:
@@ -158,20 +169,21 @@ def check(manifest: Manifest, toolchain: str = "recorded", local_device: str | N
             gpu_only = not spec.dtypes_for("interpreter")
             (report.gpu_only_kernels if gpu_only else report.untuned_kernels).append(spec.name)
         for device in devices:
-            records = [r for r in cache.records if r.device.key == device]
+            records = [(r, why) for r, why in zip(cache.records, checked.stale) if r.device.key == device]
             report.coverage.append(_device_coverage(spec, code, records, toolchain, installed, dependencies))
         report.coverage.extend(absent)
         generated = manifest.root / spec.generated
-        missing = entries_missing_from_cache(generated, cache, spec.name)
-        if missing:
-            report.module_problems.append(lost_tables_message(spec, missing))
+        missing = entries_missing_from_cache(generated, cache, spec)
+        dropped = stale_tables_message(spec, generated, checked, manifest.path.name)
+        if missing or dropped:
+            report.module_problems.append(lost_tables_message(spec, missing) if missing else dropped)
         elif not is_generated(generated):
             report.module_problems.append(f"{spec.generated} was not written by aot_tune (no '# Generated by "
                                           f"aot_tune' first line); fix: point generated: at another file")
         elif (devices or generated.exists()) and _module_text(generated) != \
-                render_module(spec.name, spec.key, cache, manifest.path.name, spec.combo_table):
+                render_kernel(spec, checked, manifest.path.name):
             report.outdated_modules.append(spec.generated)
-        report.export_problems.extend(exports.problems(manifest.root, spec, cache))
+        report.export_problems.extend(exports.problems(manifest.root, spec, checked.current()))
     return report
 
 
@@ -190,18 +202,26 @@ def _absent_coverage(spec: KernelSpec, device: str, required_by: str) -> Coverag
     return Coverage(spec.name, device, missing=missing, required_by=required_by)
 
 
-def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str, installed: dict,
-                     dependencies: dict[str, str]) -> Coverage:
-    first = records[0].device
+def _device_coverage(spec: KernelSpec, code: str, records: list[tuple[object, Mismatch | None]], toolchain: str,
+                     installed: dict, dependencies: dict[str, str]) -> Coverage:
+    """``records``: the device's records, each with its mismatch against the manifest (None: none).
+    A stale record is listed once, with what changed: at its shape if the manifest still asks for
+    it under this key (a space edit), else apart (a key edit, or a shape no longer asked for)."""
+    first = records[0][0].device
     coverage = Coverage(spec.name, first.key)
     shapes = spec.shapes_for(first.backend)
-    by_key = {(r.dtype, record_full_shape(r)): r for r in records}
+    by_key = {(r.dtype, record_full_shape(r)): r for r, why in records if why is None}
+    stale = {(r.dtype, record_full_shape(r)): why for r, why in records if why and tuple(r.key_names) == spec.key}
     for shape in shapes:
         for dtype in spec.dtypes_for(first.backend):  # the interpreter's tables lack fp8 and bfloat16
             label = f"{dtype} {shape_label(shape)}"
             record = by_key.get((dtype, tuple(shape)))
             if record is None:
-                coverage.missing.append(label)
+                why = stale.get((dtype, tuple(shape)))
+                if why:
+                    coverage.stale.append(f"{label} ({why.what})")
+                else:
+                    coverage.missing.append(label)
                 continue
             problem = record_problem(spec, code, record, installed if toolchain == "installed" else None,
                                      dependencies)
@@ -209,4 +229,7 @@ def _device_coverage(spec: KernelSpec, code: str, records: list, toolchain: str,
                 coverage.stale.append(f"{label} ({problem})")
             else:
                 coverage.tuned.append(label)
+    asked = {(dtype, tuple(shape)) for shape in shapes for dtype in spec.dtypes_for(first.backend)}
+    coverage.stale += [f"{r.dtype} {shape_label(record_full_shape(r))} ({why.what})" for r, why in records
+                       if why and (tuple(r.key_names) != spec.key or (r.dtype, record_full_shape(r)) not in asked)]
     return coverage

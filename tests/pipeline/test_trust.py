@@ -4,7 +4,8 @@ stale or dangerous.
 * every string from a record reaches a generated module escaped, and forged records are refused;
 * a device's table is never dropped without ``doit drop-device``;
 * fingerprints follow every import form in the project, and installed distributions by version;
-* ``doit merge-caches`` validates every record against the manifest before writing anything;
+* ``doit merge-caches`` checks every record before writing anything: a corrupt one stops it, a
+  stale one (another key or space) is left out and named;
 * output paths stay inside the project and off the kernels' own sources.
 """
 from __future__ import annotations
@@ -128,7 +129,9 @@ def forged(kind: str) -> TuningRecord:
     record = good_record()
     if kind == "param without a value":
         record.best.params[0].ClearField("int_value")
-    elif kind == "another key arity":
+    elif kind == "values that do not fit its key dims":
+        record.shape[:] = [77, 3, 9]
+    elif kind == "another key":
         record.key_names[:] = ["n", "m", "k"]
         record.shape[:] = [77, 3, 9]
     elif kind == "param not in the space":
@@ -140,9 +143,9 @@ def forged(kind: str) -> TuningRecord:
     return record
 
 
-@pytest.mark.parametrize("kind", ["param without a value", "another key arity", "param not in the space",
-                                  "param of another type", "device key not its name"])
-def test_merge_caches_refuses_a_bad_record_and_changes_nothing(project, tmp_path, kind):
+@pytest.mark.parametrize("kind", ["param without a value", "values that do not fit its key dims",
+                                  "device key not its name"])
+def test_merge_caches_refuses_a_corrupt_record_and_changes_nothing(project, tmp_path, kind):
     first = merge_into_project(project, [_write(tmp_path / "ok.tuning.pb", good_record())])
     assert first.kernels == {"vector_add"}
     before = snapshot(project.root)
@@ -150,7 +153,32 @@ def test_merge_caches_refuses_a_bad_record_and_changes_nothing(project, tmp_path
     with pytest.raises(TuneError) as info:
         merge_into_project(project, [bad])
     assert str(bad) in str(info.value) and "record 1" in str(info.value)
+    assert "restore" in str(info.value)
     assert snapshot(project.root) == before
+
+
+@pytest.mark.parametrize("kind, what", [("another key", "the key changed from [n, m, k] to [n]"),
+                                        ("param not in the space", "param x_ptr removed from the space"),
+                                        ("param of another type", "param BLOCK_SIZE changed type")])
+def test_merge_caches_leaves_a_stale_record_out_and_names_it(project, tmp_path, kind, what):
+    merge_into_project(project, [_write(tmp_path / "ok.tuning.pb", good_record())])
+    before = snapshot(project.root)
+    summary = merge_into_project(project, [_write(tmp_path / "old.tuning.pb", forged(kind))])
+    assert snapshot(project.root) == before
+    assert f"skipped stale records of vector_add on h100-sxm ({what}" in summary.render()
+
+
+def test_merge_caches_replaces_a_devices_stale_records_with_its_current_ones(project, tmp_path):
+    """A device retuned elsewhere after a key edit: its records replace the stale ones here, as a
+    retune here would, and its table follows the manifest's key."""
+    old_key = forged("another key")
+    spec = project.kernel("vector_add")
+    cache_io.write_cache(cache_io.sorted_cache([old_key]), project.root / spec.cache)
+    summary = merge_into_project(project, [_write(tmp_path / "new.tuning.pb", good_record())])
+    assert summary.superseded == 1
+    records = cache_io.read_cache(project.root / spec.cache).records
+    assert [tuple(r.key_names) for r in records] == [("n",)]
+    assert list(codegen.module_tables(project.root / spec.generated)["h100-sxm"]) == [(4096, "float16")]
 
 
 def test_merge_caches_command_refuses_an_injected_device_name(project, tmp_path):

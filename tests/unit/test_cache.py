@@ -84,7 +84,7 @@ def test_text_output_is_deterministic_and_sorted_regardless_of_insertion_order(t
     assert order == sorted(order)
     assert len(order) == len(records)
     # numeric shape order, not string order: 256 before 1024 before 4096
-    first_shapes = [o[3] for o in order[:4]]
+    first_shapes = [o[-1] for o in order[:4]]
     assert first_shapes == [(256, 64, 64), (256, 4096, 64), (1024, 64, 64), (4096, 64, 64)]
     assert [o[:3] for o in order[:1]] == [("gemm", "h100-sxm", "bfloat16")]
 
@@ -138,12 +138,13 @@ def test_merge_keeps_different_identities_apart() -> None:
     cache_io.set_record_bench_dims(e, [("T", 16384)])
     merged = cache_io.merge_records([a], [b, c, d, e])
     assert len(merged.records) == 5
+    key = ("M", "N", "K")
     assert {cache_io.record_identity(r) for r in merged.records} == {
-        ("gemm", "h100-sxm", "float16", (256, 256, 256), ()),
-        ("gemm", "h200", "float16", (256, 256, 256), ()),
-        ("gemm", "h100-sxm", "bfloat16", (256, 256, 256), ()),
-        ("gemm", "h100-sxm", "float16", (512, 256, 256), ()),
-        ("gemm", "h100-sxm", "float16", (256, 256, 256), (("T", 16384),)),
+        ("gemm", "h100-sxm", "float16", key, (256, 256, 256), ()),
+        ("gemm", "h200", "float16", key, (256, 256, 256), ()),
+        ("gemm", "h100-sxm", "bfloat16", key, (256, 256, 256), ()),
+        ("gemm", "h100-sxm", "float16", key, (512, 256, 256), ()),
+        ("gemm", "h100-sxm", "float16", key, (256, 256, 256), (("T", 16384),)),
     }
     assert cache_io.record_full_shape(e) == (256, 256, 256, 16384)
     assert cache_io.describe_record(e) == "gemm h100-sxm float16 256x256x256 (T=16384)"
@@ -160,6 +161,16 @@ def test_bench_dims_that_are_not_names_or_values_are_refused() -> None:
     good = make_record(best={"BLOCK": 4})
     cache_io.set_record_bench_dims(good, [("T", 4096), ("causal", True)])
     assert cache_io.record_defect(good) == ""
+
+
+def test_records_of_another_key_never_stand_for_each_other() -> None:
+    """After a key change (M, N, K) -> (N, M, K), equal values under other dims are other keys."""
+    old = make_record(best={"BLOCK": 32})
+    new = make_record(measured_at="2025-02-01T00:00:00+00:00", best={"BLOCK": 64})
+    new.key_names[:] = ["N", "M", "K"]
+    merged = cache_io.merge_records([old], [new])
+    assert len(merged.records) == 2
+    assert cache_io.record_identity(old) != cache_io.record_identity(new)
 
 
 def test_without_samples_keeps_statistics_and_leaves_the_original() -> None:
