@@ -14,11 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from aot_tune import cache as cache_io, exports
+from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.cache import record_full_shape
-from aot_tune.codegen import render_kernel, write_module
 from aot_tune.build.compile import CompileRequest
 from aot_tune.errors import BenchUnavailable, TuneError
 from aot_tune.workers import forking
@@ -32,7 +31,7 @@ from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
 from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, search_proto, share_out
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
-from aot_tune.tables.guard import stale_tables_message
+from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key
@@ -65,6 +64,7 @@ class TuneSession:
         self.plan = plan
         self.executors = executors
         self.staleness = staleness or Staleness(plan)
+        self.tables = Tables(plan, self.staleness)
         self.progress: dict[str, Progress] = {}
         self.compile_status: Counter[str] = Counter()
         self.bench_status: Counter[str] = Counter()
@@ -442,49 +442,17 @@ class TuneSession:
                 return record.best.id
         return ""
 
-    # -- merge -----------------------------------------------------------------------------
+    # -- merge and generate: the tables (aot_tune.pipeline.publishing) -----------------------
     def merge(self, kp: KernelPlan) -> None:
-        """Fold this run's bench outputs into the kernel's cache; drop local records no longer planned."""
-        existing = self.staleness.cache(kp)
-        kept = [r for r, gone in zip(existing.records, self.staleness.replaced_here(kp)) if not gone]
-        fresh = []
-        for unit in kp.bench_units:
-            if unit.output.exists():
-                try:
-                    record = cache_io.read_record(unit.output)
-                except TuneError:  # torn or foreign: not a finished result (its bench reruns next time)
-                    continue
-                if record.fingerprint == unit.fingerprint and cache_io.record_answers(record, kp.spec):
-                    fresh.append(cache_io.without_samples(record))
-        merged = cache_io.merge_records(kept, fresh)
-        exports.claim(self.plan.manifest.root, kp.spec, self.staleness.checked(kp).current())  # a fresh clone's exports, before the cache moves on
-        cache_io.write_cache(merged, kp.cache_path)
+        self.tables.merge(kp)
 
-    # -- generate --------------------------------------------------------------------------
     def generate(self, kp: KernelPlan) -> StageFailure | None:
-        """The generated module and the kernel's exports, each file checked ours before any is
-        written; refused while the module holds tables of devices the manifest made stale (tables.guard)."""
-        checked = self.staleness.checked(kp)
-        refused = stale_tables_message(kp.spec, kp.generated_path, checked, self.plan.manifest.path.name)
-        if refused:
-            return StageFailure(refused)
-        try:
-            prepared = exports.prepare(self.plan.manifest.root, kp.spec, checked.current())
-            write_module(kp.generated_path, self._render(kp))
-            prepared.write()
-        except TuneError as exc:
-            return StageFailure(str(exc))
+        refused = self.tables.generate(kp)
+        return StageFailure(refused) if refused else None
 
     def generate_needed(self, kp: KernelPlan) -> bool:
-        if exports.stale(self.plan.manifest.root, kp.spec, self.staleness.checked(kp).current()):
-            return True
-        try:
-            return kp.generated_path.read_text() != self._render(kp)
-        except FileNotFoundError:
-            return True
+        return self.tables.generate_needed(kp)
 
-    def _render(self, kp: KernelPlan) -> str:
-        return render_kernel(kp.spec, self.staleness.checked(kp), self.plan.manifest.path.name)
 
 def _measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float
                    ) -> tuple[list[ConfigMeasurement], dict[str, float]]:

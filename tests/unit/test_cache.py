@@ -84,7 +84,7 @@ def test_text_output_is_deterministic_and_sorted_regardless_of_insertion_order(t
     assert order == sorted(order)
     assert len(order) == len(records)
     # numeric shape order, not string order: 256 before 1024 before 4096
-    first_shapes = [o[-1] for o in order[:4]]
+    first_shapes = [o[-2] for o in order[:4]]
     assert first_shapes == [(256, 64, 64), (256, 4096, 64), (1024, 64, 64), (4096, 64, 64)]
     assert [o[:3] for o in order[:1]] == [("gemm", "h100-sxm", "bfloat16")]
 
