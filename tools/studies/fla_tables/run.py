@@ -9,7 +9,8 @@
    fla's own config-file format (``fla_configs/<GPU>/<kernel>.json``).
 3. On a GPU, runs fla twice in fresh processes with a cold Triton cache and no aot_tune import
    (``launch_fla.py``): once reading the exported files (``FLA_CACHE_MODE=strict``), once
-   autotuning as it does by default; and compares the first calls' seconds and the picks' speed.
+   autotuning as it does by default; and compares the first calls' seconds. The two runs' picks
+   are then timed against each other in one process, interleaved (``compare_picks.py``).
 
 Prints a table and writes ``fla_tables.json`` to ``--out``.
 """
@@ -76,7 +77,16 @@ def main() -> int:
     parser.add_argument("--project", type=Path, help="where to build the project (default: a fresh temp folder)")
     parser.add_argument("--backend", default="cuda", choices=("cuda", "interpreter"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--compare-only", type=Path, metavar="FLA_TABLES_JSON",
+                        help="only time the picks of an earlier run's fla_tables.json against each other")
     args = parser.parse_args()
+    if args.compare_only:
+        earlier = json.loads(args.compare_only.read_text())
+        compared = compare(HERE / "project", earlier["tables"], earlier["autotune"])
+        report(earlier["tables"], earlier["autotune"], compared, earlier["tune_s"])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "fla_tables.json").write_text(json.dumps({**earlier, "compared": compared}, indent=1))
+        return 0
     project = args.project or Path(tempfile.mkdtemp(prefix="fla-project-"))
     if project.exists() and any(project.iterdir()):
         sys.exit(f"{project} is not empty: pass a fresh folder")
@@ -90,29 +100,51 @@ def main() -> int:
         (folder,) = {Path(p).parent for p in exported}
         tables = run_fla(shapes, {"FLA_CACHE_MODE": "strict", "FLA_CONFIG_DIR": str(project / folder)}, "tables")
         autotuned = run_fla(shapes, {}, "autotune")
-        result.update(tables=tables, autotune=autotuned)
-        report(tables, autotuned, tune_s)
+        compared = compare(project, tables, autotuned)
+        result.update(tables=tables, autotune=autotuned, compared=compared)
+        report(tables, autotuned, compared, tune_s)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fla_tables.json").write_text(json.dumps(result, indent=1))
     return 0
 
 
-def report(tables: dict, autotuned: dict, tune_s: float) -> None:
-    print(f"fla imported aot_tune: {tables['aot_tune_imported']} (reading the tables), "
-          f"{autotuned['aot_tune_imported']} (autotuning)")
-    print(f"{'kernel':<22} {'dtype':<9} {'T':>7} {'D':>5}  {'first call s':>21}  {'time us':>17}  picks")
-    print(f"{'':<22} {'':<9} {'':>7} {'':>5}  {'tables':>10} {'autotune':>10}  {'tables':>8} {'autotune':>8}")
+def compare(project: Path, tables: dict, autotuned: dict) -> list[float]:
+    """Per shape, the time of the tables' pick over the autotuner's, both timed in one process
+    (compare_picks.py); 1.0 where both picked the same config."""
+    pairs = [{"T": a["T"], "D": a["D"], "dtype": a["dtype"], "a": a["config"], "b": b["config"]}
+             for a, b in zip(tables["rows"], autotuned["rows"]) if a["config"] != b["config"]]
+    proc = subprocess.run([sys.executable, str(HERE / "compare_picks.py"), json.dumps(pairs)],
+                          env=_env({}, [str(project), str(ROOT)]), capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"compare_picks failed:\n{proc.stderr[-3000:]}")
+    timed = iter(json.loads(proc.stdout.strip().splitlines()[-1]))
     ratios = []
     for a, b in zip(tables["rows"], autotuned["rows"]):
-        ratios.append(a["ms"] / b["ms"])
+        if a["config"] == b["config"]:
+            ratios.append(1.0)
+        else:
+            pair = next(timed)
+            ratios.append(pair["ms_a"] / pair["ms_b"])
+    return ratios
+
+
+def report(tables: dict, autotuned: dict, compared: list[float], tune_s: float) -> None:
+    print(f"fla imported aot_tune: {tables['aot_tune_imported']} (reading the tables), "
+          f"{autotuned['aot_tune_imported']} (autotuning)")
+    print(f"{'kernel':<22} {'dtype':<9} {'T':>7} {'D':>5}  {'first call s':>21}  {'fla call us':>17}  "
+          f"{'pick ratio':>10}  picks")
+    print(f"{'':<22} {'':<9} {'':>7} {'':>5}  {'tables':>10} {'autotune':>10}  {'tables':>8} {'autotune':>8}")
+    ratios = compared
+    for a, b, ratio in zip(tables["rows"], autotuned["rows"], ratios):
         same = "same" if a["config"] == b["config"] else f"{_short(a['config'])} vs {_short(b['config'])}"
         print(f"{a['kernel']:<22} {a['dtype']:<9} {a['T']:>7} {a['D']:>5}  {a['first_s']:>10.3f} {b['first_s']:>10.3f}"
-              f"  {a['ms'] * 1e3:>8.1f} {b['ms'] * 1e3:>8.1f}  {same}")
+              f"  {a['ms'] * 1e3:>8.1f} {b['ms'] * 1e3:>8.1f}  {ratio:>10.3f}  {same}")
     first_t = sum(r["first_s"] for r in tables["rows"])
     first_a = sum(r["first_s"] for r in autotuned["rows"])
     geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
     print(f"first calls: {first_t:.1f} s reading the tables vs {first_a:.1f} s autotuning; "
-          f"time of the tables' picks / the autotuner's: geomean {geo:.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+          f"the tables' picks / the autotuner's, timed interleaved in one process: geomean {geo:.3f} "
+          f"(min {min(ratios):.3f}, max {max(ratios):.3f}); "
           f"aot_tune tune took {tune_s:.1f} s")
 
 
