@@ -14,14 +14,9 @@ line the run's wall time against its floor.
 """
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
+
+from tools.bench import cold_tune
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = (4096, 16384)
@@ -72,34 +67,7 @@ kernels:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default="sm90", help="the GPU's target [sm90]")
-    parser.add_argument("--print-manifest", action="store_true", help="print the manifest and exit")
-    parser.add_argument("--keep", type=Path, help="build the project in this folder and keep it")
-    parser.add_argument("--backend", default="auto", help="--bench-backend of doit tune [auto]")
-    args = parser.parse_args()
-    if args.print_manifest:
-        print(rows_manifest(args.target), end="")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="aot_tune-rows-") as tmp:
-        project = args.keep.resolve() if args.keep else Path(tmp) / "project"
-        project.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(ROOT / "kernels", project / "kernels", ignore=shutil.ignore_patterns("__pycache__"),
-                        dirs_exist_ok=True)
-        shutil.copy(ROOT / "tools" / "bench" / "rows_kernels.py", project / "rows_kernels.py")
-        (project / "tuning.yaml").write_text(rows_manifest(args.target))
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        env["TRITON_CACHE_DIR"] = str(project / ".triton-cache")
-        began = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "doit", "tune", "--bench-backend", args.backend], cwd=project,
-                              env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - began
-        summary = [line for line in proc.stderr.splitlines() if line.startswith(
-            ("[specialize]", "specialize:", "compile:", "bench", "baselines:", "aot_tune:", "end to end", "ERROR"))]
-        print("\n".join(summary) or proc.stderr[-4000:])
-        print(f"cold doit tune: {wall:.1f} s wall (with the process start), exit {proc.returncode}")
-        return proc.returncode
+    return cold_tune.main(__doc__, rows_manifest, "rows", (ROOT / "tools" / "bench" / "rows_kernels.py",))
 
 
 if __name__ == "__main__":

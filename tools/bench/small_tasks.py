@@ -12,16 +12,8 @@ line gives the share (``timed kernel launches ..., N% of the Ss of device time t
 """
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
+from tools.bench import cold_tune
 
-ROOT = Path(__file__).resolve().parents[2]
 ROWS = (1024, 4096, 8192, 16384)
 COLUMNS = (512, 1024, 2048, 4096)
 KERNELS = ("softmax", "rmsnorm")
@@ -59,32 +51,7 @@ def small_tasks_manifest(target: str = "sm90") -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default="sm90", help="the GPU's target [sm90]")
-    parser.add_argument("--print-manifest", action="store_true", help="print the manifest and exit")
-    parser.add_argument("--keep", type=Path, help="build the project in this folder and keep it")
-    args = parser.parse_args()
-    if args.print_manifest:
-        print(small_tasks_manifest(args.target), end="")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="aot_tune-small-tasks-") as tmp:
-        project = args.keep.resolve() if args.keep else Path(tmp) / "project"
-        project.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(ROOT / "kernels", project / "kernels", ignore=shutil.ignore_patterns("__pycache__"),
-                        dirs_exist_ok=True)
-        (project / "tuning.yaml").write_text(small_tasks_manifest(args.target))
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        env["TRITON_CACHE_DIR"] = str(project / ".triton-cache")
-        began = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "doit", "tune"], cwd=project, env=env,
-                              capture_output=True, text=True)
-        wall = time.perf_counter() - began
-        summary = [line for line in proc.stderr.splitlines()
-                   if line.startswith(("[specialize]", "specialize:", "compile:", "bench", "baselines:", "aot_tune:"))]
-        print("\n".join(summary) or proc.stderr[-4000:])
-        print(f"cold doit tune: {wall:.1f} s wall, exit {proc.returncode}")
-        return proc.returncode
+    return cold_tune.main(__doc__, small_tasks_manifest, "small-tasks")
 
 
 if __name__ == "__main__":
