@@ -111,7 +111,8 @@ def nothing_to_do(plan, program: str = "doit") -> str:
     """The one line of a run that found every table up to date."""
     kernels = len(plan.kernels)
     tables = {(kp.spec.name, unit.device) for kp in plan.kernels for unit in kp.bench_units}
-    entries = sum(len(kp.bench_units) for kp in plan.kernels)  # (shape, dtype, device) each
+    entries = len({(kp.spec.name, u.device, u.dtype, kp.spec.key_of(u.shape))  # shapes of one key: one entry
+                   for kp in plan.kernels for u in kp.bench_units})
     return (f"nothing to do: {len(tables)} table{'s' * (len(tables) != 1)} up to date ({kernels} "
             f"kernel{'s' * (kernels != 1)}, {entries} entr{'ies' if entries != 1 else 'y'} on "
             f"{', '.join(sorted(plan.device_keys))}; {program} tune -a runs every task again)")
