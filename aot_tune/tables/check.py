@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from aot_tune import cache as cache_io
 from aot_tune.cache import record_full_shape
 from aot_tune.codegen import entries_missing_from_cache, is_generated, render_module
+from aot_tune.errors import program
 from aot_tune.fingerprint import SourceIndex, measured_dependencies
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.plan import shape_label
@@ -95,7 +96,7 @@ class CheckReport:
             lines.append(f"missing: {kernel} has no tuned table on any device")
         for kernel in self.gpu_only_kernels:
             lines.append(f"note: {kernel} has no table yet; the interpreter cannot compute its dtypes, so its "
-                         f"tables come from GPUs: run `doit tune {kernel}` on one and commit generated/")
+                         f"tables come from GPUs: run `{program()} tune {kernel}` on one and commit generated/")
         for path in self.outdated_modules:
             lines.append(f"stale: {path} does not match its cache")
         for line in self.module_problems:
@@ -105,7 +106,7 @@ class CheckReport:
         if self.module_problems and not stale:
             lines.append("not in sync: fix each 'problem' line as it says")
         elif stale:
-            lines.append(f"out of date: {', '.join(stale)}; fix: run `doit tune {' '.join(stale)}` on each "
+            lines.append(f"out of date: {', '.join(stale)}; fix: run `{program()} tune {' '.join(stale)}` on each "
                          f"device listed, and commit generated/")
         elif self.gpu_only_kernels:
             lines.append("every table a CPU can make is in sync with the sources, the manifest and the toolchain")

@@ -3,6 +3,7 @@ merge) stops instead of dropping them, and says how to restore or drop them on p
 from __future__ import annotations
 
 from aot_tune.codegen import describe_missing
+from aot_tune.errors import program
 from aot_tune.manifest import KernelSpec
 
 
@@ -10,4 +11,4 @@ def lost_tables_message(spec: KernelSpec, missing: dict[str, int]) -> str:
     devices = " ".join(missing)
     return (f"{spec.generated} holds tuned entries that {spec.cache} lacks ({describe_missing(missing)}); "
             f"a run would drop them; fix: restore the cache from git (git checkout -- {spec.cache}), or drop "
-            f"those tables on purpose with `doit drop-device --kernel {spec.name} {devices}` and retune")
+            f"those tables on purpose with `{program()} drop-device --kernel {spec.name} {devices}` and retune")
