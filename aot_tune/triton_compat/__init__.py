@@ -20,8 +20,8 @@ from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, Shar
                                            versions)
 from aot_tune.triton_compat.stages import StageLog, ttgir_shared_lower_bound, watched_stages
 from aot_tune.triton_compat.warm import (hash_installation, import_first_launch_modules, installation_identity,
-                                         jit_with_compile_path, load_cached_kernel, prepare_runtime, warm_start_key,
-                                         wrap_jit_compile)
+                                         jit_with_compile_path, load_cached_kernel, prepare_runtime, triton_release,
+                                         warm_start_applies, warm_start_key, wrap_jit_compile)
 
 __all__ = ["PINNED_ENV", "SHARED_MEMORY_LIMIT", "CacheHitCounter", "CapturedCompile", "ResourceUsage",
            "SharedMemoryExceeded", "StageLog", "Specialization", "cache_entry_folder", "capture_specializations",
@@ -29,5 +29,5 @@ __all__ = ["PINNED_ENV", "SHARED_MEMORY_LIMIT", "CacheHitCounter", "CapturedComp
            "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",
            "jit_with_compile_path", "find_instead_of_launch", "load_cached_kernel", "load_found", "pack_cache_entry", "parse_target",
            "pin_environment", "prepare_runtime", "resource_usage", "shared_memory_limit",
-           "target_driver", "triton_cache_dir", "triton_driver_created", "versions",
-           "warm_start_key", "watched_stages", "wrap_jit_compile", "ttgir_shared_lower_bound"]
+           "target_driver", "triton_cache_dir", "triton_driver_created", "triton_release", "versions",
+           "warm_start_applies", "warm_start_key", "watched_stages", "wrap_jit_compile", "ttgir_shared_lower_bound"]
