@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, quoted, shorten
 
 #: What an unfilled placeholder reads as: not a ``module:attr``, so loading stops there.
 PLACEHOLDER = "FILL_IN"
@@ -29,7 +29,8 @@ def starting_entry(ref: str, root: str | os.PathLike = ".") -> tuple[str, str]:
 
     module_name, _, attr = ref.partition(":")
     if not attr:
-        raise TuneError(f"expected MODULE:KERNEL, got {ref!r}; fix: name the decorated kernel, e.g. mylib.ops:my_kernel")
+        raise TuneError(f"expected MODULE:KERNEL, got {quoted(ref)}; fix: name the decorated kernel, "
+                        f"e.g. mylib.ops:my_kernel")
     tuner = _autotuner(resolve(os.fspath(Path(root).resolve()), ref), ref)
     module = sys.modules[module_name]
     configs_name = next((n for n, v in vars(module).items() if v is tuner.configs and not n.startswith("__")), None)
@@ -75,10 +76,10 @@ def _autotuner(obj: Any, ref: str) -> Any:
     while seen is not None:
         if hasattr(seen, "configs") and hasattr(seen, "keys") and isinstance(seen.configs, (list, tuple)):
             if not seen.configs:
-                raise TuneError(f"{ref} has no configs; fix: give @triton.autotune its configs= list")
+                raise TuneError(f"{shorten(ref)} has no configs; fix: give @triton.autotune its configs= list")
             return seen
         seen = getattr(seen, "fn", None)
-    raise TuneError(f"{ref} is not a @triton.autotune kernel ({type(obj).__name__}); fix: name the decorated "
+    raise TuneError(f"{shorten(ref)} is not a @triton.autotune kernel ({type(obj).__name__}); fix: name the decorated "
                     f"kernel, or write the entry's space by hand (docs/reference/tuning-yaml.md)")
 
 

@@ -22,6 +22,11 @@ def shorten(value: object, limit: int = SHOWN_CHARACTERS) -> str:
     return f"{text[:limit - 20]}…({len(text):,} characters)"
 
 
+def quoted(value: object, limit: int = SHOWN_CHARACTERS) -> str:
+    """``repr(value)``, shortened as ``shorten`` does: a user's string as a message quotes it."""
+    return shorten(repr(value), limit)
+
+
 _program = "doit"
 
 
@@ -71,7 +76,7 @@ class ManifestError(TuneError):
     def _format(self) -> str:
         path = shorten(self.path, 2 * SHOWN_CHARACTERS)
         where = path if self.line is None else f"{path}:{self.line}"
-        key = shorten(self.key, 2 * SHOWN_CHARACTERS)  # key paths hold the user's keys
+        key = shorten(self.key, SHOWN_CHARACTERS + 40)  # key paths hold the user's keys
         parts = [where, key, self.problem] if key else [where, self.problem]
         text = ": ".join(parts)
         return f"{text}; fix: {self.fix}" if self.fix else text

@@ -3,11 +3,12 @@ exit within seconds, never a hang or a traceback, and nothing already tuned lost
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 
 import pytest
-from tunerun import REPO, make_project, tune, vector_add_manifest
+from tunerun import REPO, doit, make_project, tune, vector_add_manifest
 
 from aot_tune.manifest import load_manifest
 from aot_tune.errors import ManifestError
@@ -62,6 +63,25 @@ def test_a_bad_manifest_is_one_line_within_a_second(tmp_path, case):
     message = str(info.value)
     assert expected in message and "\n" not in message and "; fix: " in message
     assert len(message) < 1000
+    assert re.match(r".*tuning\.yaml:\d+: ", message), message  # the line, as every manifest error
+
+
+@pytest.mark.parametrize("ref, expected", [
+    ("kernels.vector_add:" + "a" * 10_000_000, "has no top-level 'aaaa"),  # a 10 MB attribute name
+    ("kernels.does_not_exist:add_kernel", "cannot find module 'kernels.does_not_exist'"),
+], ids=["a 10 MB attribute name", "a module that is not there"])
+def test_a_reference_that_is_not_there_is_one_short_line_at_its_manifest_line(tmp_path, ref, expected):
+    root = make_project(tmp_path, VECTOR_ADD)
+    text = (root / "tuning.yaml").read_text()
+    line = text.splitlines().index("    kernel: kernels.vector_add:add_kernel") + 1
+    (root / "tuning.yaml").write_text(text.replace("kernels.vector_add:add_kernel", ref))
+    for args in (("check",), ("tune", "--bench-backend", "interpreter")):
+        proc = doit(root, *args)
+        assert proc.returncode == 3 and proc.stdout == "", (proc.stdout + proc.stderr)[:2000]
+        error, = proc.stderr.splitlines()
+        assert error.startswith(f"ERROR: tuning.yaml:{line}: kernels.vector_add.kernel: ") and expected in error
+        assert len(error) < 500 and error.endswith(("check the module path in the manifest",
+                                                    "name a function defined in that module"))
 
 
 def test_the_repositorys_manifest_is_within_every_limit():
