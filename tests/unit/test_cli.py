@@ -7,13 +7,28 @@ import subprocess
 import sys
 
 import pytest
-from tunerun import subprocess_env
+from tunerun import REPO, subprocess_env
 
 from aot_tune import errors
 from aot_tune.commands import INSTALL, cli
 
 #: Python with the pipeline's packages made unimportable, as where only `pip install aot-tune` ran.
 WITHOUT_PIPELINE = "import sys; sys.modules.update(dict.fromkeys(['yaml', 'jinja2', 'google.protobuf']));"
+
+
+#: doit as where this checkout is installed: the entry points of its pyproject.toml (whatever
+#: aot_tune is installed in this environment, its entry points may name other commands).
+INSTALLED = f"""
+try:
+    import tomllib
+except ModuleNotFoundError:
+    import tomli as tomllib
+from importlib.metadata import EntryPoint
+import doit.plugin
+points = tomllib.loads(open({str(REPO / "pyproject.toml")!r}).read())["project"]["entry-points"]
+doit.plugin.entry_points_impl = lambda: lambda group: [EntryPoint(name, value, group)
+                                                       for name, value in points.get(group, {{}}).items()]
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -42,8 +57,8 @@ def test_an_option_doit_cannot_parse_is_one_line(tmp_path, monkeypatch, capsys, 
 
 
 def test_an_unknown_option_under_doit_names_doit(tmp_path):
-    proc = run(tmp_path, "from doit.doit_cmd import DoitMain; raise SystemExit(DoitMain().run(['tune', '--"
-                         + "x" * 10_000 + "']))")
+    proc = run(tmp_path, f"{INSTALLED}\nfrom doit.doit_cmd import DoitMain\n"
+                         f"raise SystemExit(DoitMain().run(['tune', '--{'x' * 10_000}']))")
     assert proc.returncode == 3
     line, = proc.stderr.splitlines()
     assert line.startswith("ERROR: doit tune: unknown option --xxx") and line.endswith("; see doit tune --help")
@@ -75,7 +90,8 @@ def test_without_the_tune_extra_aot_tune_says_what_to_install(tmp_path):
 
 def test_without_the_tune_extra_doit_runs_other_projects_and_says_what_to_install_for_ours(tmp_path):
     """pip registers aot_tune's doit plugins with or without the extra: doit must still load them."""
-    doit = f"{WITHOUT_PIPELINE} from doit.doit_cmd import DoitMain; raise SystemExit(DoitMain().run(sys.argv[1:]))"
+    doit = (f"{WITHOUT_PIPELINE}\n{INSTALLED}\nfrom doit.doit_cmd import DoitMain\n"
+            f"raise SystemExit(DoitMain().run(sys.argv[1:]))")
     (tmp_path / "dodo.py").write_text("def task_hello():\n    return {'actions': ['echo hi']}\n")
     listed = run(tmp_path, doit, "list")  # `list` is aot_tune's plugin: doit's own list in a dodo project
     assert listed.returncode == 0 and listed.stdout.split() == ["hello"], listed.stderr
