@@ -130,25 +130,50 @@ def is_generated(path: Path) -> bool:
         return False
 
 
-def ensure_generated(path: Path) -> None:
-    """Refuse a path that holds a file aot_tune did not write: that is someone's source."""
-    if not is_generated(path):
-        raise TuneError(f"{path} exists and was not written by aot_tune (its first line is not "
-                        f"'{HEADER} ...'); fix: point generated: in tuning.yaml at another file, or move it away")
+def committed_as_generated(path: Path) -> bool:
+    """Whether git's HEAD holds ``path`` as a module aot_tune wrote (its first line our header):
+    a file garbled since (a merge conflict, a bad edit) is then ours to rewrite. False without
+    git, outside a repository, or where HEAD has no such file. Runs git: ask only once the file's
+    own header is gone."""
+    import subprocess
+
+    try:
+        shown = subprocess.run(["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"], capture_output=True,
+                               timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return shown.returncode == 0 and shown.stdout.startswith(HEADER.encode())
+
+
+def ensure_generated(path: Path) -> str | None:
+    """Refuse a path that holds a file aot_tune did not write: that is someone's source. A file
+    git last committed as aot_tune's that is garbled now is not: the note returned (None when
+    the file is intact or absent) says it is rewritten from the cache."""
+    if is_generated(path):
+        return None
+    if committed_as_generated(path):
+        return (f"aot_tune: {path} lost its '{HEADER}' first line (a merge conflict, or an edit), but git's HEAD "
+                f"holds it as aot_tune wrote it: rewriting it from the cache")
+    raise TuneError(f"{path} exists and was not written by aot_tune (its first line is not "
+                    f"'{HEADER} ...'); fix: point generated: in tuning.yaml at another file, or move it away")
 
 
 def write_module(path: Path, text: str) -> bool:
     """Write a generated module atomically unless it is unchanged (returns whether it wrote);
-    never over a file aot_tune did not write."""
+    never over a file aot_tune did not write (a garbled one it did write is rewritten, with a note)."""
+    import sys
+
     from aot_tune.fileio import write_atomic
 
-    ensure_generated(path)
+    note = ensure_generated(path)
     try:
         if path.read_text() == text:
             return False
     except (FileNotFoundError, UnicodeDecodeError):
         pass
     write_atomic(path, text)
+    if note:  # to the terminal: doit captures what a task's action prints
+        print(note, file=sys.__stderr__, flush=True)
     return True
 
 

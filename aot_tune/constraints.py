@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
+from aot_tune.errors import quoted, shorten
+
 # --------------------------------------------------------------------------- #
 # Functions available inside constraints
 # --------------------------------------------------------------------------- #
@@ -204,7 +206,8 @@ def parse_constraint(text: str, allowed_names: Iterable[str], line: int | None =
     """
     if not isinstance(text, str) or not text.strip():
         raise ConstraintError(
-            f"constraint must be a non-empty string, got {text!r}", "write a Python expression such as 'BLOCK_M <= 128'"
+            f"constraint must be a non-empty string, got {quoted(text)}",
+            "write a Python expression such as 'BLOCK_M <= 128'"
         )
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise ConstraintError(f"expression of {len(text)} characters is too long (at most {MAX_EXPRESSION_LENGTH})",
@@ -224,7 +227,7 @@ def _parse_expression(text: str) -> ast.Expression:
     except SyntaxError as e:
         col = f" at column {e.offset}" if e.offset else ""
         raise ConstraintError(
-            f"constraint {text.strip()!r} is not a valid expression ({e.msg}{col})", _SYNTAX_HELP
+            f"constraint {quoted(text.strip())} is not a valid expression ({e.msg}{col})", _SYNTAX_HELP
         ) from None
 
 
@@ -244,34 +247,35 @@ def _check_tree(tree: ast.Expression, text: str, allowed: frozenset[str]) -> fro
 
 def _check_node(node: ast.AST, text: str) -> None:
     if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, (bytes, complex))):
-        raise ConstraintError(f"constraint {text!r}: constant {node.value!r} is not allowed", _SYNTAX_HELP)
+        raise ConstraintError(f"constraint {quoted(text)}: constant {quoted(node.value)} is not allowed", _SYNTAX_HELP)
     if not isinstance(node, _ALLOWED_NODES):
         what = _NODE_NAMES.get(type(node), type(node).__name__)
-        raise ConstraintError(f"constraint {text!r}: {what} is not allowed", _SYNTAX_HELP)
+        raise ConstraintError(f"constraint {quoted(text)}: {what} is not allowed", _SYNTAX_HELP)
 
 
 def _check_call(node: ast.Call, text: str) -> None:
     fn = node.func
     if isinstance(fn, ast.Attribute):
         raise ConstraintError(
-            f"constraint {text!r}: attribute access ({ast.unparse(fn)!r}) is not allowed", _SYNTAX_HELP
+            f"constraint {quoted(text)}: attribute access ({quoted(ast.unparse(fn))}) is not allowed", _SYNTAX_HELP
         )
     if not isinstance(fn, ast.Name) or fn.id not in FUNCTIONS:
         shown = fn.id if isinstance(fn, ast.Name) else ast.unparse(fn)
         raise ConstraintError(
-            f"constraint {text!r}: call to {shown!r} is not allowed",
+            f"constraint {quoted(text)}: call to {quoted(shown)} is not allowed",
             "call only " + ", ".join(FUNCTIONS),
         )
     if node.keywords:
         raise ConstraintError(
-            f"constraint {text!r}: keyword arguments are not allowed in {fn.id}()", "pass arguments by position"
+            f"constraint {quoted(text)}: keyword arguments are not allowed in {fn.id}()", "pass arguments by position"
         )
     lo, hi = _ARITY[fn.id]
     n = len(node.args)
     if n < lo or (hi is not None and n > hi):
         want = str(lo) if lo == hi else f"at least {lo}"
         raise ConstraintError(
-            f"constraint {text!r}: {fn.id}() takes {want} argument(s), got {n}", f"call {fn.id} with {want} argument(s)"
+            f"constraint {quoted(text)}: {fn.id}() takes {want} argument(s), got {n}",
+            f"call {fn.id} with {want} argument(s)"
         )
 
 
@@ -280,12 +284,12 @@ def _check_name(name: str, text: str, allowed: frozenset[str]) -> None:
         return
     if name in FUNCTIONS:
         raise ConstraintError(
-            f"constraint {text!r}: function {name!r} used without calling it", f"call it, e.g. {name}(...)"
+            f"constraint {quoted(text)}: function {quoted(name)} used without calling it", f"call it, e.g. {name}(...)"
         )
     close = difflib.get_close_matches(name, sorted(allowed), n=1)
-    hint = f"did you mean {close[0]!r}? Otherwise " if close else ""
-    known = ", ".join(sorted(allowed)) or "(none)"
+    hint = f"did you mean {quoted(close[0])}? Otherwise " if close else ""
+    known = shorten(", ".join(sorted(allowed)), 240) or "(none)"
     raise ConstraintError(
-        f"constraint {text!r} uses unknown name {name!r}",
+        f"constraint {quoted(text)} uses unknown name {quoted(name)}",
         f"{hint}use only space params and key dims ({known}) or the functions {', '.join(FUNCTIONS)}",
     )

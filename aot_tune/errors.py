@@ -9,6 +9,37 @@ from __future__ import annotations
 
 import os
 
+#: Longest user value (a module path, a name, a key, a value) a message shows whole.
+SHOWN_CHARACTERS = 120
+
+
+def shorten(value: object, limit: int = SHOWN_CHARACTERS) -> str:
+    """A user value as a message shows it: whole up to ``limit`` characters, else its start and
+    a ``…(N characters)`` marker, so a 10 MB name in a manifest never becomes a 10 MB error."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}…({len(text):,} characters)"
+
+
+def quoted(value: object, limit: int = SHOWN_CHARACTERS) -> str:
+    """``repr(value)``, shortened as ``shorten`` does: a user's string as a message quotes it."""
+    return shorten(repr(value), limit)
+
+
+_program = "doit"
+
+
+def program() -> str:
+    """The program the user typed to run a command (``doit``, ``aot_tune``, ``python -m aot_tune``),
+    for the commands a message tells them to run; ``doit`` until a command line sets it."""
+    return _program
+
+
+def set_program(name: str) -> None:
+    global _program
+    _program = name
+
 
 class TuneError(Exception):
     """An error the user can cause and fix; the CLI prints str(err) as one line and exits 1 (no traceback)."""
@@ -43,8 +74,10 @@ class ManifestError(TuneError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        where = self.path if self.line is None else f"{self.path}:{self.line}"
-        parts = [where, self.key, self.problem] if self.key else [where, self.problem]
+        path = shorten(self.path, 2 * SHOWN_CHARACTERS)
+        where = path if self.line is None else f"{path}:{self.line}"
+        key = shorten(self.key, SHOWN_CHARACTERS + 40)  # key paths hold the user's keys
+        parts = [where, key, self.problem] if key else [where, self.problem]
         text = ": ".join(parts)
         return f"{text}; fix: {self.fix}" if self.fix else text
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, shorten
 
 if TYPE_CHECKING:
     from aot_tune.manifest import KernelSpec
@@ -147,11 +147,11 @@ class SourceIndex:
             self._modules[module_name] = self._parse(module_name, (self.root, *(Path(p) for p in sys.path if p)))
         module = self._modules[module_name]
         if module is None:
-            raise TuneError(f"cannot find module '{module_name}' (from '{ref}') under {self.root} or sys.path; "
-                            f"fix: check the module path in the manifest")
+            raise UnresolvedReference(ref, f"cannot find module '{shorten(module_name)}' under {self.root} or "
+                                      f"sys.path", "check the module path in the manifest")
         if name not in module.definitions and name not in module.imports and name not in module.modules:
-            raise TuneError(f"{module.path} has no top-level '{name}' (from '{ref}'); "
-                            f"fix: name a function defined in that module")
+            raise UnresolvedReference(ref, f"{module.path} has no top-level '{shorten(name)}'",
+                                      "name a function defined in that module")
         return module_name, name
 
     def _module(self, module_name: str) -> _Module | None:
@@ -174,10 +174,18 @@ class SourceIndex:
         for folder in folders:
             base = folder.joinpath(*parts)
             for path in (base.with_suffix(".py"), base / "__init__.py"):
-                if path.is_file():
+                if _is_file(path):
                     source, tree = _read_source(path, module_name)
                     return _Module(module_name, path, source, *_index(tree, module_name, path.name == "__init__.py"))
         return None
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the system refuses (a part over 255 bytes, say)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _read_source(path: Path, module_name: str) -> tuple[str, ast.Module]:
@@ -334,7 +342,28 @@ def measured_code(sources: SourceIndex, spec: "KernelSpec") -> str:
 
 def measured_dependencies(sources: SourceIndex, spec: "KernelSpec") -> tuple[str, dict[str, str]]:
     """``measured_code`` and the pieces it covers, each with its digest (kept in every record)."""
-    return sources.closure_parts([ref for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference) if ref])
+    return spec_closure(sources, spec, [ref for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference) if ref])
+
+
+def spec_closure(sources: SourceIndex, spec: "KernelSpec", refs: list[str], with_lines: bool = False
+                 ) -> tuple[str, dict[str, str]]:
+    """``SourceIndex.closure_parts`` of a kernel entry's references: one that cannot be found is
+    an error at its line of the manifest."""
+    try:
+        return sources.closure_parts(refs, with_lines)
+    except UnresolvedReference as err:
+        raise spec.reference_error(err.ref, err.problem, err.fix) from None
+
+
+class UnresolvedReference(TuneError):
+    """A manifest reference whose module or top-level name cannot be found in the sources."""
+
+    def __init__(self, ref: str, problem: str, fix: str) -> None:
+        self.ref, self.problem, self.fix = ref, problem, fix
+        super().__init__(f"{problem}; fix: {fix}")
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return (type(self), (self.ref, self.problem, self.fix))
 
 
 def bench_fingerprint(spec: "KernelSpec", code: str, shape: tuple[int, ...], dtype: str, on: MeasuredOn) -> str:

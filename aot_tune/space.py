@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any
 
 # re-exported: the names every caller of the space reads from here
+from aot_tune.errors import quoted, shorten
 from aot_tune.constraints import (FUNCTIONS, MAX_EXPRESSION_LENGTH, MAX_POWER_BITS, Constraint,  # noqa: F401
                                   ConstraintError, cdiv, is_pow2, log2, next_pow2, parse_constraint)
 
@@ -181,7 +182,7 @@ class ConfigSpace:
             if missing:
                 have = ", ".join(shape) or "nothing"
                 raise ConstraintError(
-                    f"constraint {c.text!r} needs {', '.join(sorted(missing))} but the shape has only {have}",
+                    f"constraint {quoted(c.text)} needs {', '.join(sorted(missing))} but the shape has only {have}",
                     "give every key dim in the shape",
                     c,
                 )
@@ -235,7 +236,7 @@ def _passes(constraints: tuple[Constraint, ...], env: dict[str, Any]) -> bool:
         except Exception as e:  # noqa: BLE001 - any failure inside user code is reported
             shown = " ".join(f"{k}={v}" for k, v in env.items())
             raise ConstraintError(
-                f"constraint {c.text!r} failed for {shown}: {type(e).__name__}: {e}",
+                f"constraint {quoted(c.text)} failed for {shown}: {type(e).__name__}: {shorten(str(e))}",
                 "guard the expression, e.g. 'x if d != 0 else 0', or drop the values that break it",
                 c,
             ) from e

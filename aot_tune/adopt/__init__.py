@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from aot_tune.adopt.launch import LaunchFunction, defines, launch_function
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, quoted, shorten
 
 #: What an unfilled placeholder reads as: not a ``module:attr``, so loading stops there.
 PLACEHOLDER = "FILL_IN"
@@ -66,7 +66,8 @@ def adopt(ref: str, root: str | os.PathLike = ".") -> Adoption:
 
     module_name, _, attr = ref.partition(":")
     if not attr:
-        raise TuneError(f"expected MODULE:KERNEL, got {ref!r}; fix: name the decorated kernel, e.g. mylib.ops:my_kernel")
+        raise TuneError(f"expected MODULE:KERNEL, got {quoted(ref)}; fix: name the decorated kernel, "
+                        f"e.g. mylib.ops:my_kernel")
     root = Path(root).resolve()
     tuner = _autotuner(resolve(os.fspath(root), ref), ref)
     module = sys.modules[module_name]
@@ -160,10 +161,10 @@ def _autotuner(obj: Any, ref: str) -> Any:
     while seen is not None:
         if hasattr(seen, "configs") and hasattr(seen, "keys") and isinstance(seen.configs, (list, tuple)):
             if not seen.configs:
-                raise TuneError(f"{ref} has no configs; fix: give @triton.autotune its configs= list")
+                raise TuneError(f"{shorten(ref)} has no configs; fix: give @triton.autotune its configs= list")
             return seen
         seen = getattr(seen, "fn", None)
-    raise TuneError(f"{ref} is not a @triton.autotune kernel ({type(obj).__name__}); fix: name the decorated "
+    raise TuneError(f"{shorten(ref)} is not a @triton.autotune kernel ({type(obj).__name__}); fix: name the decorated "
                     f"kernel, or write the entry's space by hand (docs/reference/tuning-yaml.md)")
 
 

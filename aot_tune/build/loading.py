@@ -5,7 +5,7 @@ import importlib
 import sys
 from typing import Any, Sequence
 
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, shorten
 
 
 def resolve(root: str, ref: str) -> Any:
@@ -16,12 +16,14 @@ def resolve(root: str, ref: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise TuneError(f"cannot import '{module_name}' (from '{ref}' in the manifest): {exc}; "
+        raise TuneError(f"cannot import '{shorten(module_name)}' (from the manifest's '{shorten(ref)}'): "
+                        f"{shorten(str(exc))}; "
                         f"fix: check the module path, relative to {root}") from exc
     try:
         return getattr(module, attr)
     except AttributeError as exc:
-        raise TuneError(f"module '{module_name}' has no attribute '{attr}' (from '{ref}' in the manifest); "
+        raise TuneError(f"module '{shorten(module_name)}' has no attribute '{shorten(attr)}' (from the "
+                        f"manifest's '{shorten(ref)}'); "
                         f"fix: name a function defined in {module.__file__}") from exc
 
 

@@ -7,7 +7,7 @@ from doit.cmd_base import Command
 from doit.exceptions import InvalidCommand
 
 from aot_tune.commands.options import HelpOption, opt_manifest
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, program
 
 opt_write = {
     "name": "write", "long": "write", "type": bool, "default": False,
@@ -32,7 +32,7 @@ class AdoptCommand(HelpOption, Command):
         from aot_tune.adopt import adopt, write_adoption
 
         if len(args) != 1:
-            raise InvalidCommand("adopt takes one MODULE:KERNEL, e.g. doit adopt mylib.ops:my_kernel")
+            raise InvalidCommand(f"adopt takes one MODULE:KERNEL, e.g. {program()} adopt mylib.ops:my_kernel")
         try:
             adoption = adopt(args[0], Path(params["manifest"]).parent)
             if params["write"]:

@@ -1,7 +1,9 @@
 """``aot_tune <command>`` and ``python -m aot_tune <command>``: doit with aot_tune's loader, commands
 and defaults, in any folder with a tuning.yaml. It needs no ``[tool.doit]`` settings and no
-install (a checkout on PYTHONPATH is enough), so the commands are registered here as well as
-through the entry points in pyproject.toml (a test keeps the two lists equal).
+install (a checkout on PYTHONPATH is enough), so the commands (``aot_tune.commands.COMMANDS``)
+are registered here as well as through the entry points in pyproject.toml (a test keeps the two
+lists equal). The console script is ``aot_tune.commands:main``, which comes here once it knows
+the pipeline is installed.
 """
 from __future__ import annotations
 
@@ -12,20 +14,23 @@ from doit.cmd_info import Info
 from doit.doit_cmd import DoitMain
 from doit.plugin import PluginDict, PluginEntry
 
+from aot_tune.commands import COMMANDS
 from aot_tune.commands.loader import ManifestLoader
 
-#: The aot_tune commands, as pyproject.toml's ``doit.COMMAND`` entry points name them.
-COMMANDS = {
-    "tune": "aot_tune.commands.tune:TuneCommand",
-    "check": "aot_tune.commands.check:CheckCommand",
-    "export": "aot_tune.commands.export:ExportCommand",
-    "merge-caches": "aot_tune.commands.merge_caches:MergeCachesCommand",
-    "drop-device": "aot_tune.commands.merge_caches:DropDeviceCommand",
-    "report": "aot_tune.commands.report:ReportCommand",
-    "subset": "aot_tune.commands.report:SubsetCommand",
-    "adopt": "aot_tune.commands.adopt:AdoptCommand",
-    "list": "aot_tune.commands.listing:StageList",
-}
+
+class AotTuneHelp(Help):
+    """doit's ``help``, introduced as aot_tune (it is doit's own under ``doit help``)."""
+
+    name = "help"
+
+    def print_usage(self, cmds):
+        print(f"{self.bin_name} -- ahead-of-time tuning of Triton kernels (tuning.yaml -> generated/<kernel>.py)")
+        print("")
+        print("Commands")
+        for cmd_name in sorted(cmds):
+            print(f"  {self.bin_name} {cmd_name:16s}  {cmds[cmd_name].doc_purpose}")
+        print("")
+        print(f"  {self.bin_name} help <command>     a command's options (also: {self.bin_name} <command> --help)")
 
 
 class AotTuneMain(DoitMain):
@@ -33,11 +38,11 @@ class AotTuneMain(DoitMain):
     read the tasks without running them (``tune`` runs them)."""
 
     BIN_NAME = "aot_tune"
-    DOIT_CMDS = (Help, Info)
+    DOIT_CMDS = (AotTuneHelp, Info)
 
     def run(self, all_args):
         args = list(all_args)
-        if not args:
+        if not args or args[0] in ("--help", "-h"):
             args = ["help"]
         elif "--help" in args[1:] and not args[0].startswith("-"):
             args = ["help", args[0]]  # `aot_tune list --help` as `aot_tune help list`, for every command
@@ -56,6 +61,9 @@ class AotTuneMain(DoitMain):
         return cmds
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The console entry point; a project's pyproject.toml or doit.cfg may still set options."""
-    return AotTuneMain(task_loader=ManifestLoader()).run(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str] | None = None, program: str = "aot_tune") -> int:
+    """The commands; ``program`` is what the user typed (``python -m aot_tune``), for help and errors.
+    A project's pyproject.toml or doit.cfg may still set options."""
+    cli = AotTuneMain(task_loader=ManifestLoader())
+    cli.BIN_NAME = program
+    return cli.run(sys.argv[1:] if argv is None else argv)

@@ -8,7 +8,7 @@ from doit.cmd_base import Command
 from doit.exceptions import InvalidCommand
 
 from aot_tune.commands.options import HelpOption, exclusive_run, opt_manifest
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, program
 from aot_tune.pipeline.plan import WORK_DIR
 
 
@@ -62,11 +62,11 @@ class DropDeviceCommand(HelpOption, Command):
         from aot_tune.tables.exchange import drop_devices
 
         if not args:
-            raise InvalidCommand("drop-device needs the device key(s) to drop, e.g. `doit drop-device h200`")
+            raise InvalidCommand(f"drop-device needs the device key(s) to drop, e.g. `{program()} drop-device h200`")
         misplaced = [arg for arg in args if arg.startswith("-")]
         if misplaced:  # doit reads options only before the positional arguments
             raise InvalidCommand(f"{misplaced[0]} came after a device key; fix: put options first, e.g. "
-                                 f"`doit drop-device --kernel gemm h200`")
+                                 f"`{program()} drop-device --kernel gemm h200`")
         manifest_path = Path(params["manifest"]).resolve()
         try:
             manifest = load_manifest(manifest_path)

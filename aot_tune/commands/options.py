@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import fcntl
+import getopt
 import os
+import re
 from pathlib import Path
 
+from doit.cmdparse import CmdParseError
 from doit.exceptions import InvalidCommand
 
 from aot_tune.bench.local.detect import BACKENDS
 from aot_tune.build.deadline import CompileDeadline
+from aot_tune.errors import program, set_program, shorten
 
 #: doit's database, relative to the manifest's folder (sqlite3: one file, safe with threads).
 DOIT_DB = ".aot_tune/doit.sqlite3"
@@ -71,14 +75,55 @@ opt_compile_deadline = {
 
 
 class HelpOption:
-    """``<command> --help`` prints the command's help, as ``doit help <command>`` does (doit
-    itself would reject the option). Mixed in before doit's Command class."""
+    """Mixed in before doit's Command class of every aot_tune command: ``<command> --help`` prints
+    the command's help, as ``doit help <command>`` does (doit itself would reject the option); the
+    program the user typed (``aot_tune``, ``doit``) names the commands messages suggest; and a
+    command line doit cannot parse is one line naming the option, not doit's dump of every option."""
 
     def parse_execute(self, in_args):
+        set_program(typed_program(self.bin_name))
         if "--help" in in_args:
             print(self.help())
             return 0
-        return super().parse_execute(in_args)
+        try:
+            return super().parse_execute(in_args)
+        except CmdParseError as err:
+            raise InvalidCommand(self.parse_problem(in_args, err)) from None
+
+    def parse_problem(self, in_args: list[str], err: CmdParseError) -> str:
+        """``aot_tune tune: unknown option --dry-run; see aot_tune tune --help``"""
+        where = f"{program()} {self.name}"
+        see = f"see {where} --help"
+        try:
+            getopt.getopt(in_args, self.cmdparser.get_short(), self.cmdparser.get_long())
+        except getopt.GetoptError as bad:
+            option = shorten(("--" if len(bad.opt) > 1 else "-") + bad.opt, 60)
+            for words, problem in _GETOPT_PROBLEMS.items():
+                if words in bad.msg:
+                    return f"{where}: {problem.format(option)}; {see}"
+            return f"{where}: {shorten(' '.join(bad.msg.split()))}; {see}"
+        named = re.search(r"parameter '(\w+)'", str(err))  # a value doit could not convert or check
+        if named and named.group(1) in self.cmdparser:
+            option = self.cmdparser[named.group(1)]
+            shown = "/".join(f for f in (f"--{option.long}" if option.long else "",
+                                         f"-{option.short}" if option.short else "") if f)
+            detail = " ".join(str(err).split(".", 1)[-1].split())
+            return f"{where}: bad value for {shown or option.name}: {shorten(detail)}; {see}"
+        return f"{where}: {shorten(' '.join(str(err).split()))}; {see}"
+
+
+#: getopt's wording -> ours.
+_GETOPT_PROBLEMS = {
+    "not recognized": "unknown option {}",
+    "requires argument": "option {} needs a value",
+    "must not have an argument": "option {} takes no value",
+    "not a unique prefix": "option {} is ambiguous (write it in full)",
+}
+
+
+def typed_program(bin_name: str) -> str:
+    """The program a command line ran: ``python -m doit`` calls itself ``-m``, which is ``doit``."""
+    return bin_name if bin_name and not bin_name.startswith("-") and bin_name != "__main__.py" else "doit"
 
 
 class exclusive_run:
@@ -97,7 +142,7 @@ class exclusive_run:
             self.handle.seek(0)
             holder = self.handle.read().strip() or "another process"
             self.handle.close()
-            raise InvalidCommand(f"another doit tune is running in this tree ({holder}); "
+            raise InvalidCommand(f"another {program()} tune is running in this tree ({holder}); "
                                  f"wait for it to finish, then run again") from None
         self.handle.seek(0)
         self.handle.truncate()

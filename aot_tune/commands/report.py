@@ -8,7 +8,7 @@ from doit.cmd_base import Command
 from doit.exceptions import InvalidCommand
 
 from aot_tune.commands.options import HelpOption, opt_manifest
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, program
 
 opt_output = {
     "name": "output", "long": "output", "short": "o", "type": str, "default": "report",
@@ -90,7 +90,7 @@ class SubsetCommand(HelpOption, Command):
         except TuneError as err:
             raise InvalidCommand(str(err)) from None
         if not subsets:
-            raise InvalidCommand("no kernel has tuned records to choose a subset from; fix: run `doit tune` first"
+            raise InvalidCommand(f"no kernel has tuned records to choose a subset from; fix: run `{program()} tune` first"
                                  + (" on the devices passed to --device" if params["devices"] else ""))
         for spec, subset in subsets:
             if params["triton"]:
@@ -117,8 +117,8 @@ def _subset(manifest, spec, tolerance: float, devices: str):
     present = sorted({r.device.key for r in records})
     if not present:
         current = " current" if checked.stale_records() else ""
-        raise NoRecords(f"{spec.name} has no{current} tuned records in {spec.cache}; fix: run `doit tune {spec.name}` "
-                        f"first")
+        raise NoRecords(f"{spec.name} has no{current} tuned records in {spec.cache}; fix: run "
+                        f"`{program()} tune {spec.name}` first")
     wanted = [d.strip() for d in devices.split(",") if d.strip()]
     unknown = [d for d in wanted if d not in present]
     if unknown:

@@ -15,6 +15,7 @@ from doit.reporter import ConsoleReporter
 
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
+from aot_tune.errors import program
 from aot_tune.pipeline.plan import WORK_DIR
 from aot_tune.pipeline.runlog import append_run
 from aot_tune.pipeline.session import eprint
@@ -72,7 +73,7 @@ class TuneCommand(HelpOption, Run):
 
     def execute(self, params, args):
         if params.get("par_type") == "process":
-            raise InvalidCommand("doit tune runs its own worker processes; -P process is not supported, "
+            raise InvalidCommand(f"{program()} tune runs its own worker processes; -P process is not supported, "
                                  "drop the option (threads are the default)")
         self.loader.kernel_names = tuple(args)
         work_dir = Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR
@@ -98,9 +99,7 @@ class TuneCommand(HelpOption, Run):
                     if summary:
                         eprint(summary + "\n" + end_to_end(session, time.time() - started))
                     if result == 0 and reporter is not None and not reporter.ran:
-                        # `python -m doit` has no program name of its own (doit takes "-m")
-                        program = self.bin_name if self.bin_name.isidentifier() else "doit"
-                        print(nothing_to_do(session.plan, program), file=reporter.outstream, flush=True)
+                        print(nothing_to_do(session.plan, program()), file=reporter.outstream, flush=True)
                     run = run_record(session, started, time.time(), ok=result == 0)
                     if run is not None:
                         append_run(work_dir, run)

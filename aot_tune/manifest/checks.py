@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from aot_tune.errors import ManifestError
+from aot_tune.errors import ManifestError, quoted
 from aot_tune.manifest.yaml_lines import _Map, _Seq
 
 
@@ -56,8 +56,7 @@ def _describe(v: Any) -> str:
         return "a mapping"
     if isinstance(v, list):
         return "a list"
-    shown = repr(v)
-    return shown if len(shown) <= 120 else f"{shown[:100]}... ({len(shown):,} characters)"
+    return quoted(v)
 
 
 def _as_yaml(v: Any) -> str:
@@ -81,7 +80,7 @@ def _did_you_mean(word: Any, options: Iterable[str]) -> str:
     options = list(options)
     same_case = [o for o in options if o.lower() == str(word).lower()]
     close = same_case or difflib.get_close_matches(str(word), options, n=1)
-    return f"did you mean {close[0]!r}?" if close else ""
+    return f"did you mean {quoted(close[0])}?" if close else ""
 
 
 def _mapping(
@@ -99,7 +98,7 @@ def _mapping(
         ctx.fail(
             dup_line,
             _join(key, dup),
-            f"duplicate key {dup!r} (first at line {first_line})",
+            f"duplicate key {quoted(dup)} (first at line {first_line})",
             "keep only one of them (YAML would silently use the last)",
         )
     for k in value:
@@ -109,14 +108,15 @@ def _mapping(
             _unknown_key(ctx, value, key, k, allowed)
     for r in required:
         if r not in value:
-            ctx.fail(line, _join(key, r), f"missing required key {r!r}", f"add '{r}:' under {key or 'the top level'}")
+            ctx.fail(line, _join(key, r), f"missing required key {quoted(r)}",
+                     f"add '{r}:' under {key or 'the top level'}")
     return value
 
 
 def _unknown_key(ctx: _Ctx, m: _Map, key: str, k: str, allowed: Sequence[str]) -> NoReturn:
     listing = ", ".join(allowed)
     fix = _did_you_mean(k, allowed) or f"remove it or use one of: {listing}"
-    ctx.fail(m.key_lines[k], _join(key, k), f"unknown key {k!r} (allowed: {listing})", fix)
+    ctx.fail(m.key_lines[k], _join(key, k), f"unknown key {quoted(k)} (allowed: {listing})", fix)
 
 
 def _list(ctx: _Ctx, value: Any, key: str, line: int, example: str, allow_empty: bool = False) -> _Seq:

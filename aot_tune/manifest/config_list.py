@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, quoted, shorten
 from aot_tune.fileio import write_atomic
 from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _list
 from aot_tune.manifest.space_rules import _check_value, _constraints, _fail_constraint
@@ -73,7 +73,7 @@ def _entry(ctx: _Ctx, entry: Any, key: str, line: int, dims: tuple[str, ...], re
         if not _is_ident(name) or name in dims or name in FUNCTIONS:
             why = ("is a key dim" if name in dims else "shadows a constraint function" if name in FUNCTIONS
                    else "is not an identifier")
-            ctx.fail(line, f"{key}.{name}", f"param name {name!r} {why}{where}", "rename the param")
+            ctx.fail(line, f"{key}.{name}", f"param name {quoted(name)} {why}{where}", "rename the param")
         _check_value(ctx, name, value, f"{key}.{name}", line)
     return Config.from_dict(entry)
 
@@ -111,9 +111,10 @@ def _imported(ctx: _Ctx, ref: str, root: Path, key: str, line: int) -> list[dict
         ctx.fail(line, key, str(e).split("; fix: ")[0], "name a module-level list of triton.Config, e.g. "
                  "mykernels.matmul:CONFIGS")
     except Exception as e:  # noqa: BLE001 - the user's module failed to import
-        ctx.fail(line, key, f"importing {ref} raised {type(e).__name__}: {e}", "fix the module so it imports")
+        ctx.fail(line, key, f"importing {shorten(ref)} raised {type(e).__name__}: {shorten(str(e))}",
+                 "fix the module so it imports")
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        ctx.fail(line, key, f"{ref} is {type(value).__name__}, not a list of configs",
+        ctx.fail(line, key, f"{shorten(ref)} is {type(value).__name__}, not a list of configs",
                  "name the list the decorator's configs= takes")
     return common_options([config_as_dict(ctx, c, f"{key}[{i}]", line, ref) for i, c in enumerate(value)])
 

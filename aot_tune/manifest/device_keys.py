@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from aot_tune.errors import quoted
 from aot_tune.manifest.checks import _Ctx, _describe, _list
 from aot_tune.manifest.records import Defaults
 from aot_tune.runtime.devices import KNOWN_KEYS, device_key
@@ -40,9 +41,9 @@ def _device_problem(value: Any) -> tuple[str, str] | None:
         return None
     normalized = device_key(value)
     if normalized != value:
-        return (f"{_describe(value)} is not a device key (the runtime names that GPU {normalized!r})",
-                f"did you mean {normalized!r}?")
+        return (f"{_describe(value)} is not a device key (the runtime names that GPU {quoted(normalized)})",
+                f"did you mean {quoted(normalized)}?")
     close = difflib.get_close_matches(value, KNOWN_KEYS, n=1, cutoff=_TYPO_RATIO)
     if close:
-        return f"unknown device key {_describe(value)}", f"did you mean {close[0]!r}?"
+        return f"unknown device key {_describe(value)}", f"did you mean {quoted(close[0])}?"
     return None

@@ -9,6 +9,7 @@ import ast
 from collections.abc import Sequence
 from typing import Any
 
+from aot_tune.errors import quoted, shorten
 from aot_tune.cost import COST_NAMES, Cost
 from aot_tune.dtypes import DtypeCombo, element_bytes
 from aot_tune.manifest.checks import _Ctx, _describe, _is_number, _mapping
@@ -29,7 +30,7 @@ def _evaluate(ctx: _Ctx, expression: Constraint, env: dict[str, Any], key: str, 
         return expression.evaluate(env)
     except Exception as e:  # noqa: BLE001 - any failure inside user code is reported
         shown = " ".join(f"{k}={v}" for k, v in env.items())
-        ctx.fail(line, key, f"{expression.text!r} failed for {shown}: {type(e).__name__}: {e}",
+        ctx.fail(line, key, f"{quoted(expression.text)} failed for {shown}: {type(e).__name__}: {shorten(str(e))}",
                  "guard the expression, e.g. 'x if d != 0 else 0'")
 
 
@@ -55,7 +56,7 @@ def _default_config(
                 env = dict(zip(dims, shape, strict=True))
                 result = _evaluate(ctx, values[-1][1], env, sub, vline)
                 if not _is_number(result):
-                    ctx.fail(vline, sub, f"{v!r} gives {_describe(result)} for {env}", "make it a number")
+                    ctx.fail(vline, sub, f"{quoted(v)} gives {_describe(result)} for {env}", "make it a number")
                 _check_value(ctx, name, result, sub, vline)
         else:
             _check_value(ctx, name, v, sub, vline)
@@ -86,7 +87,7 @@ def _cost(
                        "dtype_bytes": element_bytes(dtype, {c.name: c for c in combos})}
                 result = _evaluate(ctx, parts[name], env, sub, vline)
                 if not _is_number(result) or result < 0:
-                    ctx.fail(vline, sub, f"{v!r} gives {_describe(result)} for {env}",
+                    ctx.fail(vline, sub, f"{quoted(v)} gives {_describe(result)} for {env}",
                              "make it a non-negative number of " + name)
     return Cost(**parts, combos=combos)
 
@@ -104,7 +105,7 @@ def _compile_cost(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace) -> Constrain
     for config in space.configs():
         result = _evaluate(ctx, expression, config.as_dict(), ckey, line)
         if not _is_number(result) or result < 0:
-            ctx.fail(line, ckey, f"{v!r} gives {_describe(result)} for {config.as_dict()}",
+            ctx.fail(line, ckey, f"{quoted(v)} gives {_describe(result)} for {config.as_dict()}",
                      "make it a non-negative number (a relative compile time)")
     return expression
 
@@ -129,5 +130,5 @@ def _check_flag_use(ctx: _Ctx, expression: Constraint, kinds: dict[str, str], ke
             continue
         what = "true/false" if kind == "bool" else "a name"
         example = f"{node.id}" if kind == "bool" else f"{node.id} == 'gelu'"
-        ctx.fail(line, key, f"key dim {node.id!r} is {what}, not a number, in {expression.text!r}",
+        ctx.fail(line, key, f"key dim {quoted(node.id)} is {what}, not a number, in {quoted(expression.text)}",
                  f"compare it with == or != (e.g. 'x if {example} else y'), or make {node.id} a size")

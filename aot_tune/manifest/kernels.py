@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from aot_tune.errors import quoted, shorten
 from aot_tune.manifest.config_list import _config_list
 from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _is_int, _list, _mapping
 from aot_tune.cost import COST_NAMES
@@ -31,7 +32,7 @@ from aot_tune.manifest.records import Defaults, KernelSpec, Manifest
 from aot_tune.manifest.shapes import _check_kinds, _ordered_shapes, _shapes
 from aot_tune.manifest.shared_keys import _defaults, _shared
 from aot_tune.manifest.space_rules import _space
-from aot_tune.manifest.yaml_lines import MAX_YAML_NODES, expanded_size, _LineLoader, _Map
+from aot_tune.manifest.yaml_lines import MAX_YAML_NODES, _line, _LineLoader, _Map, oversized_node
 from aot_tune.space import FUNCTIONS
 
 
@@ -63,9 +64,10 @@ def _parse_yaml(ctx: _Ctx, text: str) -> Any:
         loader = _LineLoader(text)  # a SafeLoader
         try:
             node = loader.get_single_node()
-            if node is not None and expanded_size(node) > MAX_YAML_NODES:
-                ctx.fail(None, "", f"the YAML expands to more than {MAX_YAML_NODES:,} values (anchors and aliases "
-                         f"repeat what they name)", "write the manifest without nested aliases")
+            bomb = oversized_node(node) if node is not None else None
+            if bomb is not None:
+                ctx.fail(_line(bomb), "", f"the YAML expands to more than {MAX_YAML_NODES:,} values from here "
+                         f"(anchors and aliases repeat what they name)", "write the manifest without nested aliases")
             return loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -180,6 +182,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
         devices=s.devices,
         dtype_combos=used_combos, tolerance=s.tolerance, exports=s.exports, key_line=m.value_lines["key"],
         space_line=m.key_lines["space" if "space" in m else "configs"],
+        manifest=ctx.shown, ref_lines=tuple((f, m.value_lines[f]) for f in (*refs, "vendor") if f in m),
     )  # fmt: skip
 
 
@@ -189,7 +192,7 @@ def _check_required(ctx: _Ctx, m: _Map, key: str, line: int) -> None:
     if "space" not in m and "configs" not in m:
         missing.insert(missing.index("shapes") if "shapes" in missing else len(missing), "space")
     if missing:
-        shown = ", ".join(f"{k!r}" + (" (or 'configs')" if k == "space" else "") for k in missing)
+        shown = ", ".join(f"{quoted(k)}" + (" (or 'configs')" if k == "space" else "") for k in missing)
         ctx.fail(line, key if len(missing) > 1 else f"{key}.{missing[0]}",
                  f"missing required key{'s' if len(missing) > 1 else ''} {shown}",
                  f"add {', '.join(f'{k}:' + (' (or configs:)' if k == 'space' else '') for k in missing)} "
@@ -232,7 +235,8 @@ def _check_combo_args(ctx: _Ctx, launch: str, combos: tuple, root: Path) -> None
             if arg not in params:
                 hint = _did_you_mean(arg, params)
                 ctx.fail(combo.line, f"{combo.where}.{arg}",
-                         f"combination {combo.name!r} names {arg!r}, which is not an argument of {launch} "
+                         f"combination {quoted(combo.name)} names {quoted(arg)}, which is not an argument of "
+                         f"{shorten(launch)} "
                          f"(arguments: {', '.join(params)})", (hint + " " if hint else "") +
                          "name the launch function's tensor arguments")
 
@@ -265,8 +269,8 @@ def _check_kernel_name(ctx: _Ctx, name: str, key: str, line: int) -> None:
     ctx.fail(
         line,
         key,
-        f"kernel name {name!r} must match [a-z_][a-z0-9_]* and not be a Python keyword",
-        f"rename it, e.g. to {better!r}",
+        f"kernel name {quoted(name)} must match [a-z_][a-z0-9_]* and not be a Python keyword",
+        f"rename it, e.g. to {quoted(better)}",
     )
 
 
@@ -303,8 +307,9 @@ def _key_dims(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[str, ...]:
             )
         if d in FUNCTIONS or d == "grid":
             ctx.fail(
-                iline, sub, f"key dim {d!r} is a reserved name", f"rename it (reserved: grid, {', '.join(FUNCTIONS)})"
+                iline, sub, f"key dim {quoted(d)} is a reserved name",
+                f"rename it (reserved: grid, {', '.join(FUNCTIONS)})"
             )
         if d in seq[:i]:
-            ctx.fail(iline, sub, f"key dim {d!r} is listed twice", "list each key dim once")
+            ctx.fail(iline, sub, f"key dim {quoted(d)} is listed twice", "list each key dim once")
     return tuple(seq)

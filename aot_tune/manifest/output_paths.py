@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from aot_tune.errors import quoted
 from aot_tune.manifest.checks import _Ctx, _string
 from aot_tune.manifest.records import KernelSpec
 from aot_tune.manifest.yaml_lines import _Map
@@ -23,17 +24,18 @@ def _template(ctx: _Ctx, value: Any, key: str, line: int, what: str) -> str:
     rest = s.replace("{kernel}", "")
     if "{" in rest or "}" in rest:
         ctx.fail(
-            line, key, f"{s!r} has a placeholder other than {{kernel}}", f"use only {{kernel}}, e.g. {what}: {example}"
+            line, key, f"{quoted(s)} has a placeholder other than {{kernel}}",
+            f"use only {{kernel}}, e.g. {what}: {example}"
         )
     if posixpath.isabs(s) or os.path.isabs(s) or re.match(r"[A-Za-z]:", s):
         ctx.fail(
             line,
             key,
-            f"{s!r} is absolute; paths are relative to the manifest's folder",
+            f"{quoted(s)} is absolute; paths are relative to the manifest's folder",
             f"write e.g. {what}: {example}",
         )
     if what == "generated" and not s.endswith(".py"):
-        ctx.fail(line, key, f"the generated module {s!r} must be a .py file", f"write e.g. generated: {example}")
+        ctx.fail(line, key, f"the generated module {quoted(s)} must be a .py file", f"write e.g. generated: {example}")
     return s
 
 
@@ -60,17 +62,17 @@ def _path_problem(path: str, root: Path, sources: set[str]) -> str:
     a link leading out, a part too long for the file system, or a module a kernel imports."""
     normal = posixpath.normpath(path)
     if normal == ".." or normal.startswith("../") or normal == ".":
-        return f"{path!r} is outside the project folder"
+        return f"{quoted(path)} is outside the project folder"
     try:
         (root / normal).resolve().relative_to(root.resolve())
     except ValueError:
-        return f"{path!r} leads outside the project folder (through a link)"
+        return f"{quoted(path)} leads outside the project folder (through a link)"
     too_long = [part for part in normal.split("/") if len(part.encode()) > MAX_PATH_PART]
     if too_long:
-        return (f"a part of {path!r} is {len(too_long[0].encode())} bytes long, over the {MAX_PATH_PART} a file "
+        return (f"a part of {quoted(path)} is {len(too_long[0].encode())} bytes long, over the {MAX_PATH_PART} a file "
                 f"name may take")
     if normal in sources:
-        return f"{path!r} is a module the manifest's kernels import: writing it would overwrite their source"
+        return f"{quoted(path)} is a module the manifest's kernels import: writing it would overwrite their source"
     return ""
 
 
@@ -90,7 +92,7 @@ def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Ma
             if problem:
                 ctx.fail(line, key, problem, "shorten the kernel name or the path" if "bytes long" in problem else fix)
             if what == "cache" and not normal.endswith(_CACHE_SUFFIXES):
-                ctx.fail(line, key, f"the cache {path!r} must end in {', '.join(_CACHE_SUFFIXES)} "
+                ctx.fail(line, key, f"the cache {quoted(path)} must end in {', '.join(_CACHE_SUFFIXES)} "
                          f"(binary, or text for the last three)", 'write e.g. cache: "generated/{kernel}.tuning.pb"')
 
 
@@ -107,7 +109,7 @@ def _check_outputs_distinct(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _
                 ctx.fail(
                     line,
                     key,
-                    f"output path {path!r} is also the {owners[path]}",
+                    f"output path {quoted(path)} is also the {owners[path]}",
                     "put {kernel} in the path so each kernel gets its own file",
                 )
-            owners[path] = f"{what} path of kernel {spec.name!r}"
+            owners[path] = f"{what} path of kernel {quoted(spec.name)}"

@@ -15,7 +15,7 @@ from typing import Any
 from aot_tune import dtypes as dtype_facts
 from aot_tune.cost import Cost
 from aot_tune.dtypes import DtypeCombo
-from aot_tune.errors import TuneError
+from aot_tune.errors import ManifestError, TuneError, quoted, shorten
 from aot_tune.space import Config, ConfigSpace, Constraint, DefaultConfig
 
 
@@ -126,6 +126,18 @@ class KernelSpec:
     bench_dims: tuple[str, ...] = ()
     key_line: int = 0  # where `key:` and the space (`space:` or `configs:`) are: what a stale record names
     space_line: int = 0
+    #: The manifest as the user named it, and the line of each ``module:attr`` field (kernel,
+    #: launch, inputs, reference, vendor): errors found after loading (a module that is not
+    #: there) name the line, as the manifest's own do.
+    manifest: str = "tuning.yaml"
+    ref_lines: tuple[tuple[str, int], ...] = ()
+
+    def reference_error(self, ref: str, problem: str, fix: str) -> TuneError:
+        """An error about one of this entry's ``module:attr`` references, at its manifest line."""
+        for name, line in self.ref_lines:
+            if getattr(self, name) == ref:
+                return ManifestError(self.manifest, line, f"kernels.{self.name}.{name}", problem, fix)
+        return TuneError(f"{problem} (from '{shorten(ref)}' in the manifest); fix: {fix}")
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -184,7 +196,8 @@ class KernelSpec:
         """``(256, 512, 64)`` -> ``{"M": 256, "N": 512, "K": 64}`` in ``dims`` order."""
         if len(shape) != len(self.dims):
             raise ValueError(
-                f"kernel {self.name!r}: shape {tuple(shape)} has {len(shape)} dims, {self.dims} are {len(self.dims)}"
+                f"kernel {quoted(self.name)}: shape {tuple(shape)} has {len(shape)} dims, {self.dims} are "
+                f"{len(self.dims)}"
             )
         return dict(zip(self.dims, shape, strict=True))
 
@@ -212,9 +225,9 @@ class Manifest:
 
     def _unknown(self, name: str) -> str:
         known = [k.name for k in self.kernels]
-        msg = f"unknown kernel {name!r} (known: {', '.join(known) or 'none'})"
+        msg = f"unknown kernel {quoted(name)} (known: {', '.join(known) or 'none'})"
         close = difflib.get_close_matches(name, known, n=1)
-        return f"{msg}; did you mean {close[0]!r}?" if close else msg
+        return f"{msg}; did you mean {quoted(close[0])}?" if close else msg
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from aot_tune.errors import quoted, shorten
 from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _join, _list, _mapping, _positive_int
 from aot_tune.manifest.yaml_lines import _Map
 from aot_tune.space import FUNCTIONS, KEY_LABEL
@@ -72,8 +73,9 @@ def _ordered_shapes(ctx: _Ctx, key_dims: tuple[str, ...], *lists: tuple[ShapeEnt
             missing = [d for d in bench if d not in entry.values]
             if missing:
                 ctx.fail(entry.line, entry.where,
-                         f"shape is missing bench dim {missing[0]!r} ({named_by[missing[0]].where} names it)",
-                         f"give every shape the same dims ({', '.join(key_dims + tuple(bench))}): "
+                         f"shape is missing bench dim {quoted(missing[0])} "
+                         f"({shorten(named_by[missing[0]].where)} names it)",
+                         f"give every shape the same dims ({shorten(', '.join(key_dims + tuple(bench)), 240)}): "
                          "the inputs builder gets all of them")
     dims = key_dims + tuple(bench)
     ordered = tuple(tuple(dict.fromkeys(tuple(e.values[d] for d in dims) for e in entries)) for entries in lists)
@@ -92,13 +94,13 @@ def _check_dims(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) 
                      f"name dims like M, N, T (letters, digits and _; not grid or {', '.join(FUNCTIONS)})")
         twin = next((d for d in dims if d.lower() == k.lower()), None)
         if twin is not None:
-            ctx.fail(m.key_lines[k], _join(key, k), f"{k!r} differs from key dim {twin!r} only in case",
-                     f"did you mean {twin!r}? (a bench dim needs a name of its own)")
+            ctx.fail(m.key_lines[k], _join(key, k), f"{quoted(k)} differs from key dim {quoted(twin)} only in case",
+                     f"did you mean {quoted(twin)}? (a bench dim needs a name of its own)")
     for d in dims:
         if d not in m:
             hint = _did_you_mean(d, [k for k in m if k not in dims])
-            ctx.fail(m.line, key, f"shape is missing key dim {d!r}",
-                     f"{hint + ' ' if hint else ''}give every key dim: {', '.join(dims)} "
+            ctx.fail(m.line, key, f"shape is missing key dim {quoted(d)}",
+                     f"{hint + ' ' if hint else ''}give every key dim: {shorten(', '.join(dims), 240)} "
                      "(other dims a shape names are bench dims: the inputs see them, tables are keyed without them)")
 
 
@@ -160,7 +162,7 @@ def _check_kinds(ctx: _Ctx, line: int, key: str, dims: tuple[str, ...], shapes: 
         for dim, value in zip(dims, shape):
             kind = key_kind(value)
             if kinds.setdefault(dim, kind) != kind:
-                ctx.fail(line, key, f"dim {dim!r} mixes kinds ({kinds[dim]} and {kind} {value!r})",
+                ctx.fail(line, key, f"dim {quoted(dim)} mixes kinds ({kinds[dim]} and {kind} {quoted(value)})",
                          f"give {dim} values of one kind: sizes, true/false, or names")
     return kinds
 

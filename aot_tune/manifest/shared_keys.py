@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from aot_tune.errors import quoted
 from aot_tune import dtypes
 from aot_tune.dtypes import DtypeCombo
 from aot_tune.manifest.checks import (_Ctx, _as_yaml, _describe, _did_you_mean, _is_ident, _is_int, _join, _leaf,
@@ -184,7 +185,7 @@ def _search(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> Searc
                    else f"remove it (strategy {strategy} takes: {', '.join(takes)})")
             what = "exhaustive measures every config and takes no " if strategy == "exhaustive" else \
                 f"strategy {strategy} does not take "
-            ctx.fail(m.key_lines[k], _join(key, k), f"{what}{k!r}", fix)
+            ctx.fail(m.key_lines[k], _join(key, k), f"{what}{quoted(k)}", fix)
     inherited = {f: getattr(base.search, f) for f in SearchSettings.__dataclass_fields__}
     merged = {**inherited, **changes}
     defaults = SearchSettings()

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from aot_tune.errors import quoted
 from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _is_int, _is_pow2, _list, _mapping
 from aot_tune.manifest.yaml_lines import _Map
 from aot_tune.space import MAX_SPACE_COMBINATIONS, FUNCTIONS, LAUNCH_OPTIONS, ConfigSpace, Constraint, ConstraintError, parse_constraint
@@ -35,12 +36,13 @@ def _param(ctx: _Ctx, sm: _Map, name: str, key: str, dims: tuple[str, ...]) -> t
     kline = sm.key_lines[name]
     if not _is_ident(name):
         ctx.fail(
-            kline, key, f"param name {name!r} is not an identifier", "use a name like BLOCK_M (letters, digits and _)"
+            kline, key, f"param name {quoted(name)} is not an identifier",
+            "use a name like BLOCK_M (letters, digits and _)"
         )
     if name in dims:
-        ctx.fail(kline, key, f"{name!r} is both a key dim and a space param", "rename the param")
+        ctx.fail(kline, key, f"{quoted(name)} is both a key dim and a space param", "rename the param")
     if name in FUNCTIONS:
-        ctx.fail(kline, key, f"param {name!r} shadows the constraint function {name}()", "rename the param")
+        ctx.fail(kline, key, f"param {quoted(name)} shadows the constraint function {name}()", "rename the param")
     seq = _list(ctx, sm[name], key, sm.value_lines[name], "64")
     seen: set[tuple[type, Any]] = set()
     for i, v in enumerate(seq):
@@ -67,7 +69,7 @@ def _check_value(ctx: _Ctx, name: str, v: Any, key: str, line: int) -> None:
             ctx.fail(line, key, f"{name} must be {want}, got {_describe(v)}", f"write e.g. {name}: {example}")
         return
     if isinstance(v, float) and not math.isfinite(v):
-        ctx.fail(line, key, f"value {v!r} is not finite", "use finite numbers")
+        ctx.fail(line, key, f"value {quoted(v)} is not finite", "use finite numbers")
     if not isinstance(v, (int, float, str)):
         ctx.fail(
             line,

@@ -99,10 +99,10 @@ _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 MAX_YAML_NODES = 200_000
 
 
-def expanded_size(node: yaml.Node, limit: int = MAX_YAML_NODES) -> int:
-    """How many nodes ``node`` stands for with every alias expanded (a node reached twice counts
-    twice), computed once per distinct node; past ``limit`` (or for a node that contains itself)
-    it returns ``limit + 1``."""
+def oversized_node(node: yaml.Node, limit: int = MAX_YAML_NODES) -> yaml.Node | None:
+    """The innermost node that stands for more than ``limit`` nodes with every alias expanded (a
+    node reached twice counts twice), or a node that contains itself: where an alias bomb goes
+    off, for its line. None when the document stays within. Each distinct node is sized once."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(node, False)]
@@ -113,14 +113,17 @@ def expanded_size(node: yaml.Node, limit: int = MAX_YAML_NODES) -> int:
         children = _children(current)
         if children_done:
             open_nodes.discard(id(current))
-            sizes[id(current)] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
+            size = 1 + sum(sizes[id(c)] for c in children)
+            if size > limit:
+                return current  # its children all fit: the innermost node too big
+            sizes[id(current)] = size
             continue
         if any(id(c) in open_nodes or c is current for c in children):
-            return limit + 1  # a node that contains itself expands without end
+            return current  # a node that contains itself expands without end
         open_nodes.add(id(current))
         stack.append((current, True))
         stack.extend((c, False) for c in children if id(c) not in sizes)
-    return sizes[id(node)]
+    return None
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

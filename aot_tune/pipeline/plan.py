@@ -16,7 +16,7 @@ from typing import Collection, Sequence
 from aot_tune.cache import record_full_shape
 from aot_tune.search import strategies as search
 from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, SourceIndex, Toolchain, baselines_fingerprint, bench_fingerprint, digest,
-                                  measured_dependencies)
+                                  measured_dependencies, spec_closure)
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import KernelSpec, Manifest, SearchSettings
 from aot_tune.space import Config
@@ -226,8 +226,8 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
     for spec in kernels:
         kp = KernelPlan(spec, manifest.root / spec.cache, manifest.root / spec.generated)
         code, kp.dependencies = measured_dependencies(sources, spec)
-        vendor_code = sources.closure([spec.vendor]) if spec.vendor else ""
-        kp.compile_code = sources.closure([spec.kernel, spec.launch, spec.inputs], with_lines=True)
+        vendor_code = spec_closure(sources, spec, [spec.vendor])[0] if spec.vendor else ""
+        kp.compile_code = spec_closure(sources, spec, [spec.kernel, spec.launch, spec.inputs], with_lines=True)[0]
         kp.targets = spec.targets
         configs_per_shape: dict[tuple[int, ...], tuple[Config, ...]] = {}
         for device in devices:

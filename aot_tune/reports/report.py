@@ -33,6 +33,7 @@ from aot_tune.cost import Rate, floor_ms, rate
 from aot_tune.runtime.devices import DevicePeak, device_peak
 from aot_tune.select import key_pick
 from aot_tune.fileio import write_atomic
+from aot_tune.errors import program
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.build.compile import CompileRecord
 from aot_tune.pipeline.plan import WORK_DIR, shape_label
@@ -296,7 +297,7 @@ def _shape_row(spec: KernelSpec, record: TuningRecord, peak: DevicePeak | None,
             own = timed(best, "")
             tuned = Timed(tuned.ms, f"{tuned.note} (the pick for the key over {pick[1]} shapes: "
                           f"{tuned.ms / best.median_ms:.2f}x the best on this shape, {own.note})", tuned.rate)
-    stale = "not measured: the record predates the baselines; fix: run `doit tune` on this device"
+    stale = f"not measured: the record predates the baselines; fix: run `{program()} tune` on this device"
     default_missing = stale if spec.default_config is not None else "no default_config in the manifest"
     vendor_missing = stale if spec.vendor else "no vendor in the manifest"
     return ShapeRow(
@@ -393,7 +394,7 @@ def _no_runs(log: Path) -> str:
     where = "the bench time each record keeps in the caches is shown per kernel and device below"
     if log.exists():
         return f"{log} holds no readable run (it is not a list of runs this aot_tune writes); {where}."
-    return (f"No run log here ({log} does not exist): `doit tune` appends a run to it only where it compiled or "
+    return (f"No run log here ({log} does not exist): `{program()} tune` appends a run to it only where it compiled or "
             f"benchmarked, so a checkout whose tables were tuned on another machine has none; {where}.")
 
 

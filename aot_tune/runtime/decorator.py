@@ -28,11 +28,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from aot_tune.runtime import warm_start
 from aot_tune.runtime.devices import INTERPRETER
-from aot_tune.errors import TuneError
+from aot_tune.errors import TuneError, shorten
 from aot_tune.runtime.forcing import FORCED, ForcedConfig
 from aot_tune.runtime.lookup import TunedTable, cuda_device_key, uniform_device_key
 
 _LAUNCH_OPTIONS = ("num_warps", "num_ctas", "num_stages", "maxnreg", "ir_override")
+#: The oldest Triton release the decorator launches with (tests/pipeline/test_runtime_install.py
+#: runs a shipped table under it); older ones lack ``Config.all_kwargs``.
+OLDEST_TRITON = (3, 0)
 
 
 def config_kwargs(config: Any) -> dict:
@@ -246,6 +249,18 @@ class TunedKernel:
         return f"aot_tune.autotune({self._where()}, table={self.name!r})"
 
 
+def _check_triton(fn: Any) -> None:
+    """Refuse, at decoration, a Triton older than the runtime launches with (not a failed launch later)."""
+    from aot_tune.triton_compat import triton_release
+
+    release = triton_release()
+    if release is not None and release < OLDEST_TRITON:
+        oldest = ".".join(map(str, OLDEST_TRITON))
+        raise TuneError(f"aot_tune.autotune on {getattr(_innermost(fn), '__name__', 'kernel')}: triton "
+                        f"{'.'.join(map(str, release))} is older than {oldest}, the oldest the runtime launches "
+                        f"with; fix: install triton>={oldest}, or keep @triton.autotune")
+
+
 def autotune(configs: Sequence[Any], key: Sequence[str], prune_configs_by: Mapping | None = None,
              reset_to_zero: Iterable[str] | None = None, restore_value: Iterable[str] | None = None,
              pre_hook: Callable | None = None, post_hook: Callable | None = None, *, table: str | None = None,
@@ -267,8 +282,9 @@ def autotune(configs: Sequence[Any], key: Sequence[str], prune_configs_by: Mappi
 
     def decorate(fn: Any) -> TunedKernel:
         if not hasattr(fn, "arg_names") or not hasattr(fn, "run"):
-            raise TuneError(f"aot_tune.autotune must decorate a @triton.jit function, got {fn!r}; "
+            raise TuneError(f"aot_tune.autotune must decorate a @triton.jit function, got {shorten(repr(fn))}; "
                             f"fix: put @triton.jit below @aot_tune.autotune")
+        _check_triton(fn)
         return TunedKernel(fn, configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook, post_hook,
                            table, module, default, strict)
 

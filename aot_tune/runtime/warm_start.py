@@ -44,11 +44,13 @@ def enabled() -> bool:
 
 def install(kernel: Any) -> bool:
     """Route the kernel's compiles through the warm-start index; False where that does not apply
-    (the interpreter, or switched off)."""
+    (the interpreter, a Triton release it was not read against, or switched off)."""
     if not enabled():
         return False
     from aot_tune import triton_compat
 
+    if not triton_compat.warm_start_applies():
+        return False
     kernel = triton_compat.jit_with_compile_path(kernel)
     if kernel is None:
         return False

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aot_tune.cache import CheckedCache, record_shape
 from aot_tune.codegen import describe_missing, module_literals
+from aot_tune.errors import program
 from aot_tune.manifest import KernelSpec
 from aot_tune.pipeline.staleness import manifest_changes
 from aot_tune.tuning_schema import TuningCache
@@ -59,7 +60,7 @@ def lost_tables_message(spec: KernelSpec, missing: dict[str, int]) -> str:
     devices = " ".join(missing)
     return (f"{spec.generated} holds tuned entries that {spec.cache} lacks ({describe_missing(missing)}); "
             f"a run would drop them; fix: restore the cache from git (git checkout -- {spec.cache}), or drop "
-            f"those tables on purpose with `doit drop-device --kernel {spec.name} {devices}` and retune")
+            f"those tables on purpose with `{program()} drop-device --kernel {spec.name} {devices}` and retune")
 
 
 def stale_tables_message(spec: KernelSpec, path: Path, checked: CheckedCache, manifest_name: str) -> str:
@@ -85,5 +86,5 @@ def stale_tables_message(spec: KernelSpec, path: Path, checked: CheckedCache, ma
     changes = "; ".join(f"{c.what} ({c.where})" for c in manifest_changes(spec, at_risk, manifest_name))
     return (f"{spec.generated} holds tables the manifest made stale ({describe_missing(dict(sorted(counts.items())))}"
             f"): {changes}; writing it would drop them; fix: retune {spec.name} on "
-            f"{', '.join(devices)} (doit tune {spec.name} there, with this cache), or drop them on purpose with "
-            f"`doit drop-device --kernel {spec.name} {' '.join(devices)}`")
+            f"{', '.join(devices)} ({program()} tune {spec.name} there, with this cache), or drop them on purpose with "
+            f"`{program()} drop-device --kernel {spec.name} {' '.join(devices)}`")

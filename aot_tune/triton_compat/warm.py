@@ -18,10 +18,29 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import sys
 from typing import Any, Callable
 
 from aot_tune.triton_compat.launch import jit_function
 from aot_tune.triton_compat.target import create_driver
+
+
+#: The Triton releases (major, minor) whose internals warm start was read against (listed above);
+#: under any other, decorated kernels take Triton's own path.
+WARM_START_RELEASES = ((3, 6), (3, 9))
+
+
+def triton_release() -> tuple[int, int] | None:
+    """(major, minor) of the Triton this process imported; None when none is (imports nothing)."""
+    found = re.match(r"(\d+)\.(\d+)", str(getattr(sys.modules.get("triton"), "__version__", "")))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def warm_start_applies() -> bool:
+    """Whether the imported Triton is one warm start was read against."""
+    release = triton_release()
+    return release is not None and WARM_START_RELEASES[0] <= release <= WARM_START_RELEASES[1]
 
 
 def jit_with_compile_path(kernel: Any) -> Any | None:

@@ -87,7 +87,7 @@ def test_tune_then_nothing_to_do_then_all_again(project):
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines() == [
         "nothing to do: 1 table up to date (1 kernel, 2 entries on interpreter; "
-        "aot_tune tune -a runs every task again)"]
+        "python -m aot_tune tune -a runs every task again)"]  # the program typed
     assert BANNER not in again.stderr and "[bench]" not in again.stderr
 
     outputs = sorted((project / "generated").iterdir())

@@ -23,6 +23,7 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "{PACKAGE}"
 version = "1.0"
+dependencies = ["aot-tune"]  # the runtime: what docs/adopting.md says a library declares
 
 [tool.setuptools]
 packages = ["{PACKAGE}", "{PACKAGE}.tuned"]
@@ -55,14 +56,19 @@ def library(root: Path) -> Path:
     return root
 
 
-def test_a_library_adopts_tunes_ships_its_tables_in_a_wheel_and_launches_them_installed(tmp_path):
-    root = library(tmp_path / "lib")
-    doit = doit_command()
-
-    run(root, *doit, "adopt", "--write", f"{PACKAGE}.rms:_rms_scale_kernel")
+def adopted(root: Path) -> Path:
+    """The library with its tuning.yaml: ``doit adopt``'s entry, the tables in the package, filled in."""
+    library(root)
+    run(root, *doit_command(), "adopt", "--write", f"{PACKAGE}.rms:_rms_scale_kernel")
     entry = (root / "tuning.yaml").read_text()
     (root / "tuning.yaml").write_text(entry.replace("kernels:\n", DEFAULTS + "kernels:\n", 1))
     (root / "tuning.yaml").write_text(fill((root / "tuning.yaml").read_text(), PACKAGE))
+    return root
+
+
+def test_a_library_adopts_tunes_ships_its_tables_in_a_wheel_and_launches_them_installed(tmp_path):
+    root = adopted(tmp_path / "lib")
+    doit = doit_command()
 
     listed = run(root, *doit, "list")  # no dodo.py and no settings: the manifest's stages
     assert "bench " in listed.stdout and "generate " in listed.stdout, listed.stdout

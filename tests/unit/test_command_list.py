@@ -1,5 +1,6 @@
-"""The command list has one source: what aot_tune.commands.cli registers (for `python -m aot_tune`,
-no install needed) is what pyproject.toml's entry points register (for `doit <command>`)."""
+"""The command list has one source: what aot_tune.commands names and aot_tune.commands.cli registers
+(for `python -m aot_tune`, no install needed) is what pyproject.toml's entry points register (for
+`doit <command>`)."""
 from __future__ import annotations
 
 import importlib
@@ -11,6 +12,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from tunerun import REPO
 
+import aot_tune.commands
 from aot_tune.commands import cli
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.commands.options import HelpOption
@@ -24,8 +26,8 @@ def test_the_entry_points_and_the_programmatic_registration_agree():
     project = _pyproject()["project"]
     assert project["entry-points"]["doit.COMMAND"] == cli.COMMANDS
     assert project["entry-points"]["doit.LOADER"] == {
-        "aot_tune": f"{ManifestLoader.__module__}:{ManifestLoader.__name__}"}
-    assert project["scripts"] == {"aot_tune": f"{cli.__name__}:{cli.main.__name__}"}
+        "aot_tune": f"{ManifestLoader.__module__}:{ManifestLoader.__name__}"} == {"aot_tune": aot_tune.commands.LOADER}
+    assert project["scripts"] == {"aot_tune": f"{aot_tune.commands.__name__}:{aot_tune.commands.main.__name__}"}
 
 
 def test_every_command_is_named_as_registered_and_takes_help():

@@ -385,6 +385,24 @@ def test_triton_only_benchmark_options_are_accepted_and_typos_are_not() -> None:
         aot_tune.autotune(configs=CONFIGS, key=["n"], tabel="scale")
 
 
+def test_a_triton_older_than_the_runtime_launches_with_is_refused_at_decoration(monkeypatch) -> None:
+    """triton 2.x lacks Config.all_kwargs: a launch would fail deep inside; decorating says so in one line."""
+    monkeypatch.setattr(triton, "__version__", "2.3.1")
+    with pytest.raises(TuneError, match=r"on scale_kernel: triton 2.3 is older than 3.0, the oldest the runtime "
+                                        r"launches with; fix: install triton>=3.0"):
+        aot_tune.autotune(configs=CONFIGS, key=["n"])(scale_kernel)
+    monkeypatch.setattr(triton, "__version__", "3.0.0")
+    aot_tune.autotune(configs=CONFIGS, key=["n"])(scale_kernel)
+
+
+def test_warm_start_applies_only_to_the_triton_releases_it_was_read_against(monkeypatch) -> None:
+    from aot_tune import triton_compat
+
+    for version, applies in (("3.5.1", False), ("3.6.0", True), ("3.9.0+git1234", True), ("3.10.0", False)):
+        monkeypatch.setattr(triton, "__version__", version)
+        assert triton_compat.warm_start_applies() is applies, version
+
+
 def test_a_table_keyed_by_other_names_is_one_clear_error(tmp_path, monkeypatch) -> None:
     name = f"aot_tune_test_other_key_{uuid.uuid4().hex}"
     (tmp_path / f"{name}.py").write_text(TABLE.replace('KEY = ("n",)', 'KEY = ("numel",)'))

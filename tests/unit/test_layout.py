@@ -103,3 +103,44 @@ def test_no_import_cycle_between_modules():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+#: What a kernel library's users install (`pip install aot-tune`): the runtime never imports the
+#: pipeline's packages, which only the `aot-tune[tune]` extra installs.
+PIPELINE_PACKAGES = ("doit", "yaml", "jinja2", "google.protobuf")
+
+
+def runtime_closure() -> dict[str, set[str]]:
+    """Every aot_tune module a launch can reach, from the package, the runtime and what generated
+    modules import (the template and the checked-in ones), following imports inside functions
+    too; each with the outside modules it imports."""
+    known = modules()
+    template = PACKAGE / "templates" / "generated_module.py.j2"
+    start = {"aot_tune", *(n for n in known if n.startswith("aot_tune.runtime"))}
+    start |= {line.split()[1] for line in template.read_text().splitlines() if line.strip().startswith("from ")}
+    for path in (ROOT / "generated").glob("*.py"):
+        start |= {i for i in all_imports(path) if i.startswith("aot_tune")}
+    reached: dict[str, set[str]] = {}
+    pending = sorted(start)
+    while pending:
+        name = pending.pop()
+        while name not in known:
+            name = name.rpartition(".")[0]
+        if name in reached:
+            continue
+        imports = all_imports(known[name])
+        reached[name] = {i for i in imports if not i.startswith("aot_tune")}
+        pending.extend(i for i in imports if i.startswith("aot_tune"))
+        parent = name.rpartition(".")[0]  # importing a module imports its packages first
+        if parent:
+            pending.append(parent)
+    return reached
+
+
+def test_the_runtime_never_imports_the_pipelines_packages():
+    reached = runtime_closure()
+    assert {"aot_tune.runtime.lookup", "aot_tune.runtime.decorator", "aot_tune.triton_compat.warm"} <= set(reached)
+    assert not any(name.startswith(("aot_tune.manifest", "aot_tune.pipeline", "aot_tune.commands"))
+                   for name in reached), sorted(reached)
+    leaks = {name: sorted(i for i in imports if i.startswith(PIPELINE_PACKAGES)) for name, imports in reached.items()}
+    assert {n: i for n, i in leaks.items() if i} == {}

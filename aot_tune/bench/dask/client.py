@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, Runner
 from aot_tune.runtime.devices import INTERPRETER
-from aot_tune.errors import BenchUnavailable, TuneError
+from aot_tune.errors import BenchUnavailable, TuneError, program
 from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
 from aot_tune.triton_compat import pack_cache_entry
 from aot_tune.bench.dask import declared_kinds, resource_name
@@ -246,14 +246,14 @@ class ClusterDevices(Runner):
                 future.cancel()
                 raise BenchUnavailable(f"no Dask worker of device model {batch.kind} is left in the cluster at "
                                        f"{self.address} (waited {self.worker_wait_s:.0f} s); fix: start one with "
-                                       f"`python -m aot_tune.bench.dask worker {self.address}` and run doit tune "
+                                       f"`python -m aot_tune.bench.dask worker {self.address}` and run {program()} tune "
                                        f"again (finished shapes are kept)")
 
     def _ensure_connected(self) -> None:
         if self.client.status != "running":
             raise ClusterLost(f"lost the Dask scheduler at {self.address}; finished shapes are kept in .aot_tune/bench "
                               f"and the tables are unchanged; fix: restart the scheduler and its workers, then run "
-                              f"doit tune again (only unfinished shapes run)")
+                              f"{program()} tune again (only unfinished shapes run)")
 
     def _count_of(self, kind: str) -> int:
         """Bench workers of this model now; prints who left and who joined since the last look."""
