@@ -23,3 +23,14 @@ def compile_executors(tmp_path_factory):
     pool = Executors(INTERPRETER_DEVICE, tmp_path_factory.mktemp("triton-cache"), compile_jobs=1)
     yield pool
     pool.close()
+
+
+@pytest.fixture(autouse=True)
+def program_restored():
+    """A command run in this process names the program it was typed as in later messages
+    (aot_tune.errors.program); each test starts from doit's."""
+    from aot_tune import errors
+
+    errors.set_program("doit")
+    yield
+    errors.set_program("doit")

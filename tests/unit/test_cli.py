@@ -31,12 +31,6 @@ doit.plugin.entry_points_impl = lambda: lambda group: [EntryPoint(name, value, g
 """
 
 
-@pytest.fixture(autouse=True)
-def program_restored():
-    yield
-    errors.set_program("doit")
-
-
 def run(cwd, code: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=subprocess_env(), capture_output=True,
                           text=True, timeout=120)
