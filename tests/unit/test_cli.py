@@ -9,7 +9,6 @@ import sys
 import pytest
 from tunerun import REPO, subprocess_env
 
-from aot_tune import errors
 from aot_tune.commands import INSTALL, cli
 
 #: Python with the pipeline's packages made unimportable, as where only `pip install aot-tune` ran.
