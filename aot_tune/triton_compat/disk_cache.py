@@ -19,13 +19,19 @@ from typing import Any, Callable, Iterator
 
 
 class CacheHitCounter:
-    """Counts Triton compiles that were served from its on-disk cache."""
+    """Counts Triton compiles that were served from its on-disk cache: those of the kernels the
+    compile stage built, not the bench engine's own (``not_counted``)."""
+
+    #: The bench engine's own jit functions (its comparison kernel): no compile stage builds them.
+    not_counted: set = set()
 
     def __init__(self) -> None:
         self.hits = 0
         self.misses = 0
 
-    def __call__(self, *, cache_hit: bool, **_: Any) -> None:
+    def __call__(self, *, cache_hit: bool, src: Any = None, **_: Any) -> None:
+        if getattr(src, "fn", None) in self.not_counted:
+            return
         if cache_hit:
             self.hits += 1
         else:

@@ -114,6 +114,7 @@ def _open_device(backend: str, device_index: int):
 
     from aot_tune.runtime.devices import device_key
     from aot_tune.bench.runner import INTERPRETER_DEVICE
+    from aot_tune.bench.engine import norms
     from aot_tune.bench.engine.pipeline import warm_up_graphs
     from aot_tune.bench.nvml import GpuClocks
 
@@ -123,6 +124,7 @@ def _open_device(backend: str, device_index: int):
         return info, "cpu", None
     torch.cuda.set_device(device_index)
     warm_up_graphs(f"cuda:{device_index}")
+    norms.warm_in_background(f"cuda:{device_index}")
     props = torch.cuda.get_device_properties(device_index)
     clocks = GpuClocks(str(getattr(props, "uuid", "")))
     info = DeviceInfo(
