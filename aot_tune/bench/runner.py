@@ -140,8 +140,10 @@ class Runner(Protocol):
     started_at: float | None
     ready_at: float | None
 
-    def lease(self, device: DeviceModel) -> AbstractContextManager[DeviceLease]:
-        """Hold a device of model ``device`` for one bench task until the block ends."""
+    def lease(self, device: DeviceModel, upcoming: BenchRequest | None = None) -> AbstractContextManager[DeviceLease]:
+        """Hold a device of model ``device`` for one bench task until the block ends. ``upcoming``
+        (the first request the task will send) lets a busy device build that shape's inputs while
+        the task waits; a runner may ignore it."""
 
     def start(self) -> None:
         """Start the device workers in the background (e.g. while compiles run)."""

@@ -292,7 +292,9 @@ class TuneSession:
             wave = [c for c in wave if c.id in left]  # not taken into an earlier batch
             if not wave:
                 continue
-            hold.lease()  # may wait for the device: the configs that land meanwhile join this batch
+            # may wait for the device (the configs that land meanwhile join this batch), which
+            # builds this shape's inputs meanwhile if it is busy with another one
+            hold.lease(upcoming=self._request(kp, unit, wave[0], kp.spec.bench, device))
             taken = {c.id for c in wave}
             wave = [c for c in to_measure if c.id in taken or (c.id in left and self._all_landed(kp, unit, c, device))]
             left -= {c.id for c in wave}

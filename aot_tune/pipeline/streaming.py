@@ -126,11 +126,12 @@ class DeviceHold:
         self.seconds: Counter[str] = Counter()  # the leases' worker seconds (aot_tune.bench.runner.DeviceLease)
         self.batches = 0
 
-    def lease(self):
-        """The device, taken now if not held (waiting for a free one and for its worker)."""
+    def lease(self, upcoming=None):
+        """The device, taken now if not held (waiting for a free one and for its worker);
+        ``upcoming``, the first request to be sent, lets the busy device prepare its shape."""
         if self._lease is None:
             stack = contextlib.ExitStack()
-            lease = stack.enter_context(self._devices.lease(self._device))
+            lease = stack.enter_context(self._devices.lease(self._device, upcoming))
             self._stack, self._lease = stack, lease
             lease.ready()  # a worker's start-up is not part of any measurement's seconds
             self._since = time.perf_counter()

@@ -100,7 +100,9 @@ def _bench_timing(session: TuneSession) -> str:
             rest = seconds["device batches"] - seconds["device inputs"] - seconds["device loads"] - span
             line += (f"\nbench device time: {busy:.1f}s = timed launches {timed:.1f}s + gaps between them "
                      f"{span - timed:.1f}s + checks, warm-up and graph captures {max(rest, 0.0):.1f}s "
-                     f"+ input sets and references {seconds['device inputs']:.1f}s "
+                     f"+ input sets and references {seconds['device inputs']:.1f}s"
+                     + (f" (and {seconds['device prepared']:.1f}s of them built during other shapes' timed "
+                        f"launches)" if seconds["device prepared"] >= 0.05 else "") + " "
                      f"+ kernel loads {seconds['device loads']:.1f}s + between batches "
                      f"{max(busy - seconds['device batches'], 0.0):.1f}s ({session.batches} batches)")
     return line

@@ -131,7 +131,7 @@ def test_the_record_does_not_depend_on_the_waves():
         kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
                                                                   l2_flush_bytes=None)))
         unit = SimpleNamespace(configs=tuple(configs), default_config=configs[0], vendor="kernels.k:vendor")
-        hold = SimpleNamespace(lease=Lease, release=lambda: None,
+        hold = SimpleNamespace(lease=lambda upcoming=None: Lease(), release=lambda: None,
                                measure_all=lambda requests, timeout_s: list(Lease().measure_all(requests, timeout_s)))
         baselines = Baselines(unit, True, lambda config: Request(config.id), {c.id for c in configs}.__contains__)
         entries, fresh = session._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"), baselines)
@@ -166,7 +166,7 @@ def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
 
     class Devices:
         @contextlib.contextmanager
-        def lease(self, device):
+        def lease(self, device, upcoming=None):
             events.append("take")
             lease = SimpleNamespace(cache_hits=2, cache_misses=1, seconds={"batches": 0.5},
                                     ready=lambda: events.append("ready"))

@@ -189,7 +189,8 @@ class ClusterDevices(Runner):
         except Exception:  # warming is an optimization; the batch reports a real failure
             pass
 
-    def lease(self, device: DeviceModel) -> "ClusterLease":
+    def lease(self, device: DeviceModel, upcoming: BenchRequest | None = None) -> "ClusterLease":
+        """A lease of a worker of this model; ``upcoming`` is not used (each batch is one Dask task)."""
         return ClusterLease(self, device)
 
     def close(self) -> None:

@@ -1,14 +1,17 @@
 """The pipelined pass over a shape's configs on a GPU, and the interpreter's wall-clock path.
 
 The configs of one shape are measured as a pipeline in which the host never waits for an idle
-GPU: the GPU runs check(i+1) and probe(i+1) queued between timed(i-1) and timed(i). Kernels are
-found in Triton's caches (host work, about 2 ms each) while the first config's timed launches
-run, and then loaded together, since a load synchronizes the device (``_Kernels``). The host reads config i+1's
-check while timed(i) runs, and captures its CUDA graph then. Device values (the comparison, the
-graph's write check) are read through pinned copies with their own events: ``.item()`` would
-wait for all the work queued after them. Since several configs have work queued at once, the
-worker is told which ones before every wait (``announce``): a fault that kills the context is
-pinned on one config by the pool measuring those again one at a time.
+GPU: the GPU runs check(i+1) and probe(i+1) queued between timed(i-1) and timed(i). Kernels
+are found in Triton's caches (host work, about 2 ms each) while the first config's timed
+launches run, and then loaded together, since a load synchronizes the device (``_Kernels``).
+The host reads config i+1's check while timed(i) runs, and captures its CUDA graph then.
+Device values (the comparison, the graph's write check) are read through pinned copies with
+their own events: ``.item()`` would wait for all the work queued after them. A pass also
+builds the next shape's input sets and references (``prepare``: the pool tells the worker
+which shape comes next) while a config's timed launches keep the GPU busy, so the next pass
+starts without that set-up. Since several configs have work queued at once, the worker is
+told which ones before every wait (``announce``): a fault that kills the context is pinned on
+one config by the pool measuring those again one at a time.
 
 Interpreter: wall clock on the CPU, a functional check with a rough time; its table is only
 ever used under the interpreter.
@@ -35,6 +38,9 @@ SPACER_MS = 1.0
 #: A pass finds the next configs' kernels (about 2 ms of host work each on an H100 host) while
 #: at least this much of the running config's timed launches is still queued.
 FIND_MARGIN_MS = 3.0
+#: A pass builds the next shape's input sets and references (host work plus queued device work)
+#: only while at least this much of a config's timed launches is still queued.
+PREPARE_MARGIN_MS = 5.0
 #: Throwaway CUDA graphs a worker captures and replays when it opens its GPU. On the H200, the
 #: first three graphs a process replayed ran a 1.8 us kernel at 1.4 us per launch, all later
 #: ones at 1.8 us; three throwaway graphs first made the first real ones read like the rest
@@ -49,19 +55,32 @@ Announce = Callable[[tuple[str, ...], str], None]
 
 def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
                     clocks: GpuClocks | None = None, announce: Announce | None = None,
-                    seconds: Counter[str] | None = None) -> Iterator[ConfigMeasurement]:
+                    seconds: Counter[str] | None = None,
+                    prepare: Callable[[], None] | None = None) -> Iterator[ConfigMeasurement]:
     """Check and time configs of one (kernel, shape, dtype), yielding each result when it is
     complete (on a GPU, as one pipelined pass; see the module doc). Never raises for a kernel
     fault: it becomes the config's result. ``seconds`` gets the host seconds of the pass's
     set-up steps ("loads"; "inputs": input sets and reference outputs), where the GPU idles, and
-    the GPU seconds from each config's first timed launch to its last ("timed span")."""
+    the GPU seconds from each config's first timed launch to its last ("timed span").
+    ``prepare`` (the next shape's set-up, which must not raise) is called once: on a GPU while
+    at least ``PREPARE_MARGIN_MS`` of timed launches are queued, so its host work leaves no gap
+    between them; on the interpreter after the first config."""
     announce = announce or (lambda config_ids, phase: None)
+    seconds = Counter() if seconds is None else seconds
     if backend != "cuda":
-        for request in requests:
+        for position, request in enumerate(requests):
             announce((request.config_id,), "check")
             yield measure_wall(request, workload)
+            if position == 0 and prepare is not None:
+                _timed_step(seconds, "prepared", prepare)
         return
-    yield from _Pass(workload, l2_bytes, clocks, announce, Counter() if seconds is None else seconds).measure(list(requests))
+    yield from _Pass(workload, l2_bytes, clocks, announce, seconds, prepare).measure(list(requests))
+
+
+def _timed_step(seconds: Counter[str], name: str, step: Callable[[], None]) -> None:
+    began = time.perf_counter()
+    step()
+    seconds[name] += time.perf_counter() - began
 
 
 def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement:
@@ -70,7 +89,9 @@ def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement
     began = time.perf_counter()
     try:
         run = workload.runner(request)
-        ok, error, message = Comparison(run(index), workload.expected(index)).verdict(workload.tolerance)
+        expected = workload.expected(index)
+        workload.confirm_inputs()
+        ok, error, message = Comparison(run(index), expected).verdict(workload.tolerance)
         if not ok:
             return ConfigMeasurement(request.config_id, "wrong_result", message, error_norm=error)
         checked = time.perf_counter()
@@ -99,9 +120,10 @@ class _Pass:
     that is already running, so the GPU does not idle between configs."""
 
     def __init__(self, workload: Workload, l2_bytes: int, clocks: GpuClocks | None, announce: Announce,
-                 seconds: Counter[str]) -> None:
+                 seconds: Counter[str], prepare: Callable[[], None] | None = None) -> None:
         self.workload, self.l2_bytes, self.clocks, self.announce = workload, l2_bytes, clocks, announce
         self.seconds = seconds
+        self.prepare = prepare  # the next shape's set-up, called once behind queued timed launches
         self.in_flight: list[str] = []  # configs with work queued on the GPU and no result yet
         #: how much longer the probe's one launch took than a launch inside a graph, so far (ms):
         #: the event pair and launch overhead a graph replay does not pay
@@ -118,7 +140,8 @@ class _Pass:
         try:
             self.workload.rotation_for(requests[0].settings, self.l2_bytes)  # the input sets, once per shape
             for index in range(CHECK_SETS):
-                self.workload.expected(index)  # reference outputs now: they synchronize (all-zero test)
+                self.workload.expected(index)  # reference outputs now, before any check reads them
+            self.workload.confirm_inputs()
         except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
             failure = exc
         self.seconds["inputs"] += time.perf_counter() - began
@@ -145,6 +168,7 @@ class _Pass:
             self.in_flight.append(request.config_id)
             if ready is not None:
                 ready.start()
+                self._prepare_behind(ready)
             if running is not None:
                 yield self._finish(running)
             running, ready = ready, None
@@ -158,9 +182,17 @@ class _Pass:
             ready = prepared
         if ready is not None:
             ready.start()
+            self._prepare_behind(ready)
         for timing in (running, ready):
             if timing is not None:
                 yield self._finish(timing)
+
+    def _prepare_behind(self, timing: ConfigTiming) -> None:
+        """The next shape's set-up, once, while ``timing``'s timed launches keep the GPU busy."""
+        if self.prepare is not None and timing.queued_for(PREPARE_MARGIN_MS):
+            prepare, self.prepare = self.prepare, None
+            self._say("prepare")  # a fault now is not the next shape's alone: the configs on the device are named
+            _timed_step(self.seconds, "prepared", prepare)
 
     def _finish(self, timing: "ConfigTiming") -> ConfigMeasurement:
         self._say("time")

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from aot_tune.build.loading import input_dtype, resolve
 from aot_tune.runtime.forcing import launch_with_config
-from aot_tune.bench.engine.check import CHECK_SETS
+from aot_tune.bench.engine.check import CHECK_SETS, DeviceValues
 from aot_tune.dtypes import TOLERANCE
 from aot_tune.bench.runner import BenchRequest, BenchSettings
 
@@ -47,6 +47,7 @@ class Workload:
         self._seed = zlib.crc32(repr((request.kernel, request.shape, request.dtype)).encode())
         self._sets: list[tuple] = []
         self._expected: dict[int, Any] = {}
+        self._nonzero: dict[int, Any] = {}  # check set -> whether any input is nonzero (read later)
         self._checked = 0
         self._cursor = 0  # the next input set of the timing rotation
         self.tolerance = TOLERANCE.get(request.dtype, 1e-2) if request.tolerance is None else request.tolerance
@@ -63,17 +64,37 @@ class Workload:
         return self._sets[index]
 
     def expected(self, index: int) -> Any:
+        """The reference output of check set ``index``, computed once and queued on the device;
+        ``confirm_inputs`` later says whether that set's inputs were all zero."""
         if index not in self._expected:
             inputs = self.inputs(index)
-            if _all_zero(inputs):
-                raise ValueError("the input builder returned all-zero tensors, so a kernel that writes zeros "
-                                 "would pass the check; fix: build random inputs")
+            self._nonzero[index] = _any_nonzero(inputs)
             if self._reference is not None:
                 self._expected[index] = self._reference(*inputs)
             else:  # no reference: the check config's output, computed once per input set
                 output = launch_with_config(self.launch, inputs, self._check_config, kernel=self.kernel)
                 self._expected[index] = output.clone() if hasattr(output, "clone") else output
         return self._expected[index]
+
+    def confirm_inputs(self) -> None:
+        """Raise if the inputs of a check set were all zero: a kernel that writes zeros would
+        pass its check. Read here rather than where the set was built, so that building a set
+        (ahead of its pass, during another shape's timed launches) waits for nothing."""
+        for nonzero in self._nonzero.values():
+            if nonzero is not None and not nonzero.read():
+                raise ValueError("the input builder returned all-zero tensors, so a kernel that writes zeros "
+                                 "would pass the check; fix: build random inputs")
+
+    def prepare(self, settings: BenchSettings, l2_bytes: int) -> None:
+        """Build everything a pass over this shape sets up before its first check (the rotation's
+        input sets and, given a reference function, the reference outputs), queued on the
+        device without waiting: a device worker does this during another shape's timed
+        launches. Without a reference function the expected outputs are the check config's
+        launches, left to the pass (its kernel's first launch would wait for the device)."""
+        self.rotation_for(settings, l2_bytes, wait=False)
+        if self._reference is not None:
+            for index in range(CHECK_SETS):
+                self.expected(index)
 
     def next_check_set(self) -> int:
         index = self._checked % CHECK_SETS
@@ -100,16 +121,18 @@ class Workload:
         config = dict(request.config)
         return lambda i: self.run(i, config)
 
-    def rotation_for(self, settings: BenchSettings, l2_bytes: int) -> "Rotation":
-        """How many input sets timed launches cycle through (decided once per shape)."""
+    def rotation_for(self, settings: BenchSettings, l2_bytes: int, wait: bool = True) -> "Rotation":
+        """How many input sets timed launches cycle through (decided once per shape); every set
+        is built now, never inside a timed phase, and with ``wait`` the device finishes them."""
         if self.rotation is None:
             import torch
 
             cold_bytes = (settings.l2_flush_bytes or 2 * l2_bytes) if settings.l2_flush else 0
             free_bytes = torch.cuda.mem_get_info()[0] if self._device != "cpu" else 0
             self.rotation = plan_rotation(_tensor_bytes(self.inputs(0)), cold_bytes, free_bytes)
-            self.inputs(self.rotation.sets - 1)  # build every set now, never inside a timed phase
-            torch.cuda.synchronize()
+            self.inputs(self.rotation.sets - 1)
+            if wait and self._device != "cpu":
+                torch.cuda.synchronize()
         return self.rotation
 
 
@@ -135,8 +158,13 @@ def _tensor_bytes(inputs: tuple) -> int:
     return sum(x.numel() * x.element_size() for x in inputs if hasattr(x, "element_size"))
 
 
-def _all_zero(inputs: tuple) -> bool:
+def _any_nonzero(inputs: tuple) -> DeviceValues | None:
+    """Whether any input tensor holds a nonzero value, read later (None: no tensor inputs)."""
+    import torch
+
     tensors = [x for x in inputs if hasattr(x, "element_size") and x.numel() > 0]
+    if not tensors:
+        return None
     # fp8 tensors are widened first: not every device implements any() for them
-    return bool(tensors) and all(not (x.float() if x.is_floating_point() and x.element_size() == 1 else x).any().item()
-                                 for x in tensors)
+    return DeviceValues(torch.stack([(x.float() if x.is_floating_point() and x.element_size() == 1 else x).any()
+                                     for x in tensors]).any())

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import queue
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ from typing import Iterator, Sequence
 from aot_tune.workers import forking
 from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, DeviceModel,
                                    MeasurementStatus, Runner)
-from aot_tune.bench.local.worker import worker_main
+from aot_tune.bench.local.worker import worker_main, workload_key
 
 STARTUP_TIMEOUT_S = 300.0
 #: How often a quiet device worker is reported while a bench task waits for it (seconds).
@@ -50,6 +49,15 @@ class _Suspects:
     config_ids: tuple[str, ...]
     status: MeasurementStatus  # what the culprit gets: crashed or timeout
     reason: str
+
+
+@dataclass
+class _Ticket:
+    """A lease asked for: the shape it will measure first, and the device once granted."""
+
+    key: tuple | None
+    upcoming: BenchRequest | None
+    index: int | None = None
 
 
 class LocalLease(DeviceLease):
@@ -126,12 +134,14 @@ class LocalLease(DeviceLease):
 
     def _exchange(self, batch: list[BenchRequest], timeout_s: float) -> Iterator:
         """The worker's results for a batch, then stop; or, when it died, stopped answering or
-        lost its CUDA context, the configs that had work on the device then (it is discarded)."""
+        lost its CUDA context, the configs that had work on the device then (it is discarded).
+        The batch names the shape the pool expects to give this device next, for the worker to
+        build during the batch's timed launches."""
         worker = self._pool.worker(self.index)
         current: tuple[str, ...] = (batch[0].config_id,)
         phase = "check"
         try:
-            worker.conn.send(batch)
+            worker.conn.send(("batch", batch, self._pool.next_for(self.index, batch[0])))
             while True:
                 if not self._wait(worker, timeout_s, batch[0], current, phase):
                     self._pool.discard(self.index)
@@ -165,9 +175,12 @@ class DevicePool(Runner):
         self.backend = backend
         self.triton_cache_dir = triton_cache_dir
         self._workers: dict[int, _Worker] = {}
-        self._free: queue.Queue[int] = queue.Queue()
-        for index in range(device_count):
-            self._free.put(index)
+        # Leases are granted in the order they were asked for, except that a device goes first to
+        # a lease whose shape its worker built ahead (``next_for``).
+        self._grants = threading.Condition()
+        self._idle: list[int] = list(range(device_count))
+        self._waiting: list[_Ticket] = []
+        self._built_ahead: dict[int, tuple] = {}  # device -> the shape its worker was told to build next
         # One lock per device: starting one worker (seconds: torch, CUDA) never blocks another's lease.
         self._locks = [threading.Lock() for _ in range(device_count)]
         self._warming = threading.Lock()
@@ -180,15 +193,51 @@ class DevicePool(Runner):
         self._context = multiprocessing.get_context("spawn") if backend != "cuda" else None
 
     @contextlib.contextmanager
-    def lease(self, device: DeviceModel | None = None) -> Iterator[LocalLease]:
+    def lease(self, device: DeviceModel | None = None, upcoming: BenchRequest | None = None) -> Iterator[LocalLease]:
         """Hold a free device of this pool (all of one model: ``device``, the model a bench task
-        asks for, is the pool's own) until the block ends."""
+        asks for, is the pool's own) until the block ends. ``upcoming``: the first request the
+        lease will send, so that while it waits, the busy device's worker builds its shape."""
         self._start_all_once()
-        index = self._free.get()
+        ticket = _Ticket(workload_key(upcoming) if upcoming is not None else None, upcoming)
+        with self._grants:
+            self._waiting.append(ticket)
+            self._grant()
+            while ticket.index is None:
+                self._grants.wait()
         try:
-            yield LocalLease(self, index)
+            yield LocalLease(self, ticket.index)
         finally:
-            self._free.put(index)
+            with self._grants:
+                self._idle.append(ticket.index)
+                self._grant()
+
+    def _grant(self) -> None:
+        """Give idle devices to waiting leases (under ``_grants``): first to a lease whose shape a
+        device's worker built ahead, then in the order they were asked for."""
+        while self._idle and self._waiting:
+            index, ticket = next(((i, t) for t in self._waiting for i in self._idle
+                                  if t.key is not None and self._built_ahead.get(i) == t.key),
+                                 (self._idle[0], self._waiting[0]))
+            self._idle.remove(index)
+            self._waiting.remove(ticket)
+            ticket.index = index
+        self._grants.notify_all()
+
+    def next_for(self, index: int, sending: BenchRequest) -> BenchRequest | None:
+        """The first request of the shape device ``index`` should build while it measures
+        ``sending``'s: the one it was told before while a lease still waits for it (its worker
+        keeps only the shape it is told), else the longest-waiting lease's whose shape no other
+        device builds."""
+        with self._grants:
+            own = self._built_ahead.get(index)
+            taken = {k for i, k in self._built_ahead.items() if i != index} | {workload_key(sending)}
+            waiting = [t for t in self._waiting if t.key is not None and t.key not in taken]
+            ticket = next((t for t in waiting if t.key == own), None) or next(iter(waiting), None)
+            if ticket is None:
+                self._built_ahead.pop(index, None)
+                return None
+            self._built_ahead[index] = ticket.key
+            return ticket.upcoming
 
     def start(self) -> None:
         """Start every device's worker in the background now (e.g. while compiles run)."""
@@ -253,6 +302,8 @@ class DevicePool(Runner):
         return _Worker(process, parent, info)
 
     def discard(self, index: int) -> None:
+        with self._grants:
+            self._built_ahead.pop(index, None)  # a fresh worker has built nothing ahead
         with self._locks[index]:
             worker = self._workers.pop(index, None)
         if worker is not None:

@@ -21,7 +21,10 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     """Process entry point: set the environment before torch/triton load (or, forked from the fork
     server, before the lazy reads of the knobs: aot_tune.workers.preload), then serve batches.
 
-    A batch is a list of requests for one (kernel, shape, dtype). The worker sends, in order:
+    A batch arrives as ``("batch", requests, next_request)``: requests for one (kernel, shape,
+    dtype), and the first request of the shape the pool expects to send next (or None), whose
+    input sets and references the worker builds during this batch's timed launches
+    (``Workloads``). The worker sends, in order:
     ``("phase", config_ids, phase)`` before each step that may crash or hang, naming the configs
     with work on the device then (so the pool knows whose fault a death or a hang can be),
     ``("result", measurement, cache hits, cache misses, usable)`` for each config, and
@@ -48,12 +51,11 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
         return
     triton_compat.pin_environment()
     from aot_tune.bench.engine.pipeline import context_usable, measure_configs
-    from aot_tune.bench.engine.workload import Workload
 
     info, device, clocks = _open_device(backend, device_index)
     conn.send(info)
     counter = triton_compat.CacheHitCounter()
-    workloads: dict[tuple, Workload] = {}
+    workloads = Workloads(device, info.l2_bytes)
     in_flight: tuple[str, ...] = ()  # the configs with work on the device, as last announced
 
     def announce(config_ids: tuple[str, ...], phase: str) -> None:
@@ -63,27 +65,24 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
 
     with counter.installed() if backend == "cuda" else _nothing():
         while True:
-            batch: list[BenchRequest] | None = conn.recv()
-            if batch is None:
+            message = conn.recv()
+            if message is None:
                 return
+            _, batch, upcoming = message
             began = time.perf_counter()
             seconds: Counter[str] = Counter()  # where the batch's wall time went (the run summary's split)
-            first = batch[0]
-            key = (first.kernel, first.shape, first.dtype)
-            if key not in workloads:
-                workloads.clear()  # one shape at a time keeps device memory flat
-                try:
-                    workloads[key] = Workload(first, device)
-                except Exception as exc:  # the input builder or reference failed: every config fails
-                    message = f"input builder or reference failed: {type(exc).__name__}: {exc}"[:500]
-                    for request in batch:
-                        conn.send(("result", ConfigMeasurement(request.config_id, "runtime_error", message), 0, 0, True))
-                    conn.send(("done", {}))
-                    continue
-                seconds["inputs"] = time.perf_counter() - began
+            workload = workloads.take(batch[0], upcoming)
+            if isinstance(workload, Exception):  # the input builder or reference failed: every config fails
+                text = f"input builder or reference failed: {type(workload).__name__}: {workload}"[:500]
+                for request in batch:
+                    conn.send(("result", ConfigMeasurement(request.config_id, "runtime_error", text), 0, 0, True))
+                conn.send(("done", {}))
+                continue
+            seconds["inputs"] = time.perf_counter() - began
             counted = [counter.hits, counter.misses]
-            results = measure_configs(batch, workloads[key], backend, info.l2_bytes, clocks, announce=announce,
-                                      seconds=seconds)
+            prepare = (lambda: workloads.prepare(upcoming)) if workloads.wants(upcoming) else None
+            results = measure_configs(batch, workload, backend, info.l2_bytes, clocks, announce=announce,
+                                      seconds=seconds, prepare=prepare)
             for result in results:
                 usable = backend != "cuda" or result.ok or context_usable()
                 if not usable and set(in_flight) - {result.config_id}:
@@ -99,6 +98,51 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     return
             seconds["batches"] = time.perf_counter() - began
             conn.send(("done", dict(seconds)))
+
+
+def workload_key(request: BenchRequest) -> tuple:
+    """What one shape's input sets and references depend on: requests with the same key share them."""
+    return (request.kernel, request.shape, request.dtype)
+
+
+class Workloads:
+    """The shape a worker measures now and, built ahead, the one it expects next: two at most,
+    so device memory holds the input sets of two shapes, never more. A shape whose set-up
+    failed is kept as its exception, for the batch that needs it to report."""
+
+    def __init__(self, device: str, l2_bytes: int) -> None:
+        self._device, self._l2_bytes = device, l2_bytes
+        self._built: dict[tuple, object] = {}
+
+    def take(self, request: BenchRequest, upcoming: BenchRequest | None):
+        """The workload of ``request``'s shape (built now unless it was built ahead), after
+        dropping every other one but ``upcoming``'s."""
+        from aot_tune.bench.engine.workload import Workload
+
+        key = workload_key(request)
+        keep = {key} | ({workload_key(upcoming)} if upcoming is not None else set())
+        for stale in [k for k in self._built if k not in keep]:
+            del self._built[stale]
+        if key not in self._built:
+            try:
+                self._built[key] = Workload(request, self._device)
+            except Exception as exc:  # noqa: BLE001 - reported for every config of the batch
+                self._built[key] = exc
+        return self._built[key]
+
+    def wants(self, upcoming: BenchRequest | None) -> bool:
+        return upcoming is not None and workload_key(upcoming) not in self._built
+
+    def prepare(self, upcoming: BenchRequest) -> None:
+        """Build ``upcoming``'s shape now (input sets and references, queued on the device)."""
+        from aot_tune.bench.engine.workload import Workload
+
+        try:
+            workload = Workload(upcoming, self._device)
+            workload.prepare(upcoming.settings, self._l2_bytes)
+        except Exception as exc:  # noqa: BLE001 - its own batch reports it, as if built then
+            workload = exc
+        self._built[workload_key(upcoming)] = workload
 
 
 class _nothing:
