@@ -72,10 +72,14 @@ class SourceIndex:
         """Hash of the source of ``module:attr`` references and all they reach."""
         return self.closure_parts(refs, with_lines)[0]
 
-    def closure_parts(self, refs: Iterable[str], with_lines: bool = False) -> tuple[str, dict[str, str]]:
+    def closure_parts(self, refs: Iterable[str], with_lines: bool = False,
+                      signatures: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
         """The closure's hash, and each piece it covers with a digest of its own: project
-        definitions as ``path:name``, installed distributions as ``distribution NAME`` (its version)."""
+        definitions as ``path:name``, installed distributions as ``distribution NAME`` (its version).
+        A function named in ``signatures`` counts by its decorators and parameters alone (what
+        Triton's specialization of a kernel's arguments reads), not by its body."""
         pending: list[_Ref] = [(*self._checked(ref), ()) for ref in refs]
+        signature_only = {self._checked(ref)[:2] for ref in signatures}
         seen: dict[tuple[str, str], str] = {}
         distributions: dict[str, str] = {}
         while pending:
@@ -93,6 +97,11 @@ class SourceIndex:
                 if (module_name, name) in seen:
                     continue
                 node = module.definitions[name]
+                if (module_name, name) in signature_only and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    heading = [*node.decorator_list, node.args]
+                    seen[(module_name, name)] = "\n".join(ast.unparse(part) for part in heading)
+                    pending.extend(ref for part in heading for ref in self._uses(module, part))
+                    continue
                 seen[(module_name, name)] = _segment(module.source, node, with_lines)
                 pending.extend(self._uses(module, node))
             elif name in module.imports:
@@ -345,12 +354,12 @@ def measured_dependencies(sources: SourceIndex, spec: "KernelSpec") -> tuple[str
     return spec_closure(sources, spec, [ref for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference) if ref])
 
 
-def spec_closure(sources: SourceIndex, spec: "KernelSpec", refs: list[str], with_lines: bool = False
-                 ) -> tuple[str, dict[str, str]]:
+def spec_closure(sources: SourceIndex, spec: "KernelSpec", refs: list[str], with_lines: bool = False,
+                 signatures: Iterable[str] = ()) -> tuple[str, dict[str, str]]:
     """``SourceIndex.closure_parts`` of a kernel entry's references: one that cannot be found is
     an error at its line of the manifest."""
     try:
-        return sources.closure_parts(refs, with_lines)
+        return sources.closure_parts(refs, with_lines, signatures)
     except UnresolvedReference as err:
         raise spec.reference_error(err.ref, err.problem, err.fix) from None
 

@@ -8,7 +8,8 @@ tensors for every planned (shape, dtype, config) launch and target, in a compile
 Triton's compiler replaced by a recorder (no compile, well under a millisecond a launch).
 
 The answers are kept in ``.aot_tune/specialize/<kernel>.json``, a table under a fingerprint of
-the kernel's code and the toolchain. The loader reads it without importing torch; a launch the
+the launch, the inputs, the kernel's decorators and parameters (not its body, which decides
+nothing here) and the toolchain. The loader reads it without importing torch; a launch the
 table does not hold is captured only when some bench still has to measure its config, so a no-op
 run and a fresh clone with current caches never run this step.
 """

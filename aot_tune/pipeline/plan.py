@@ -228,6 +228,9 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
         code, kp.dependencies = measured_dependencies(sources, spec)
         vendor_code = spec_closure(sources, spec, [spec.vendor])[0] if spec.vendor else ""
         kp.compile_code = spec_closure(sources, spec, [spec.kernel, spec.launch, spec.inputs], with_lines=True)[0]
+        # What decides the arguments' specializations: the launch and inputs, and the kernel's
+        # parameters, not its body (a kernel edit keeps the captured specializations).
+        launch_code = spec_closure(sources, spec, [spec.kernel, spec.launch, spec.inputs], signatures=[spec.kernel])[0]
         kp.targets = spec.targets
         configs_per_shape: dict[tuple[int, ...], tuple[Config, ...]] = {}
         for device in devices:
@@ -256,7 +259,7 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
                         search=spec.search, sources=seeds.get(shape, ())))
         kp.specializations_path = work / "specialize" / f"{spec.name}.json"
         kp.specializations = read_table(kp.specializations_path,
-                                        digest("specialize", RECORD_FORMAT, kp.compile_code, plan.toolchain.as_dict()))
+                                        digest("specialize", RECORD_FORMAT, launch_code, plan.toolchain.as_dict()))
         kp.plan_compiles(plan.toolchain, work)
         plan.kernels.append(kp)
     return plan

@@ -73,6 +73,27 @@ def test_the_table_is_durable_and_a_second_plan_captures_nothing(specialized):
     assert read_table(kp.specializations_path, "another fingerprint").by_target == {}  # edited kernel: recapture
 
 
+def test_an_edit_of_the_kernel_body_keeps_the_specializations_and_one_of_its_parameters_does_not(
+        specialized, tmp_path):
+    """A retune after a kernel edit compiles again but captures nothing: the arguments'
+    specializations are read off the launch, the inputs and the kernel's parameters alone."""
+    import shutil
+
+    project, _, kp = specialized
+    copy = tmp_path / "edited"
+    shutil.copytree(project, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    kernel = copy / "kernels" / "gemm.py"
+    source = kernel.read_text()
+    body_edit = source.replace("    pid = tl.program_id(0)\n", "    pid = tl.program_id(0)  # edited\n", 1)
+    assert body_edit != source
+    kernel.write_text(body_edit)
+    edited = plan_for(copy).kernels[0]
+    assert edited.unspecialized == []  # nothing to capture again
+    assert {u.fingerprint for u in edited.compile_units}.isdisjoint(u.fingerprint for u in kp.compile_units)  # compiled again
+    kernel.write_text(source.replace("def matmul_kernel(", "def matmul_kernel(unused_flag, ", 1))
+    assert len(plan_for(copy).kernels[0].unspecialized) == 6  # a parameter more: every launch captured again
+
+
 def test_one_compile_serves_every_launch_of_its_specialization(specialized, compile_executors):
     """The bench stage's cache hits depend on it: compile the representative, then, in a fresh
     process as the bench stage is, launch the other shape of the specialization through the launch
