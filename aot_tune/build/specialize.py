@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,23 @@ class SpecializeRequest:
     launches: tuple[tuple[tuple[int, ...], dict, str, tuple[tuple[str, dict], ...]], ...]
     # each: (shape, shape as a dict, dtype, ((config id, config), ...))
     combos: Combos = ()  # the manifest's dtype combinations the launches' dtypes may name
+
+
+def split_request(request: SpecializeRequest, parts: int, least: int = 32) -> list[SpecializeRequest]:
+    """``request`` as up to ``parts`` requests of about equal launch counts (at least ``least``
+    each), so one kernel's captures spread over the compile workers; results merge back in
+    ``SpecializationTable.add``."""
+    launches = [(shape, shape_dict, dtype, config) for shape, shape_dict, dtype, configs in request.launches
+                for config in configs]
+    size = max(least, -(-len(launches) // max(parts, 1)))
+    pieces = []
+    for start in range(0, len(launches), size):
+        grouped: dict[tuple, list] = {}
+        for shape, shape_dict, dtype, config in launches[start:start + size]:
+            grouped.setdefault((shape, dtype), [shape_dict, []])[1].append(config)
+        pieces.append(replace(request, launches=tuple((shape, shape_dict, dtype, tuple(configs))
+                                                      for (shape, dtype), (shape_dict, configs) in grouped.items())))
+    return pieces or [request]
 
 
 @dataclass

@@ -34,7 +34,7 @@ from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
 from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
-from aot_tune.build.specialize import SpecializeRequest, launch_key
+from aot_tune.build.specialize import SpecializeRequest, launch_key, split_request
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
 #: The least a device worker may go without progress before its config is a timeout: a GPU
@@ -112,6 +112,9 @@ class TuneSession:
                 )))
         if not requests:
             return
+        # one kernel's launches spread over the compile workers (a big space has thousands)
+        requests = [(kp, part) for kp, request in requests
+                    for part in split_request(request, -(-self.executors.compile_jobs // len(requests)))]
         start, began = time.perf_counter(), time.time()
         self.executors.start_compiles()  # every compile worker, not only the ones these requests take
         with ThreadPoolExecutor(len(requests)) as threads:

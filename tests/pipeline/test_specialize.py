@@ -163,3 +163,19 @@ def test_the_compile_queue_starts_with_what_took_longest_last_time(specialized):
     finally:
         for path, text in saved.items():
             path.unlink(missing_ok=True) if text is None else path.write_text(text)
+
+
+def test_a_kernels_launches_are_captured_in_parts_over_the_workers():
+    from aot_tune.build.specialize import SpecializeRequest, split_request
+
+    launches = tuple(((m,), {"M": m}, dtype, tuple((f"c{i}", {"B": i}) for i in range(30)))
+                     for m in (64, 128, 256) for dtype in ("float16", "bfloat16"))  # 180 launches
+    request = SpecializeRequest("gemm", "/p", "k:k", "k:l", "k:i", "sm90", launches)
+    parts = split_request(request, 4)
+    counts = [sum(len(configs) for *_, configs in part.launches) for part in parts]
+    assert counts == [45, 45, 45, 45]
+    flat = sorted((shape, dtype, config_id) for part in parts for shape, _, dtype, configs in part.launches
+                  for config_id, _ in configs)
+    assert flat == sorted((shape, dtype, config_id) for shape, _, dtype, configs in launches for config_id, _ in configs)
+    assert len(split_request(request, 16)) == 6  # at least 32 launches a part
+    assert split_request(request, 1) == [request]
