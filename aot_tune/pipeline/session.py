@@ -31,6 +31,7 @@ from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
 from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, search_proto, share_out
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
+from aot_tune.pipeline.stragglers import StragglerJudge, Stragglers
 from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
@@ -77,6 +78,7 @@ class TuneSession:
         self._spans_lock = threading.Lock()
         self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
         self.claims = CompileClaims()
+        self.stragglers = Stragglers()  # compiles in flight, and the benches' verdicts on the slow ones
         self._compile_results: dict[str, object] = {}  # compile unit -> its landed result (_compile_result)
         self.batches = 0  # the batches benches sent to device workers
         self._driver: ThreadPoolExecutor | None = None  # runs the queued compiles (see compile)
@@ -185,7 +187,9 @@ class TuneSession:
             shapes=(spec.shape_dict(shape),), dtypes=(dtype,), combos=spec.combo_pairs,
         )
         start, began = time.perf_counter(), time.time()
-        result = self.executors.compile(request, unit.config.id)
+        self.stragglers.compile_started(unit.name)
+        result = self.executors.compile(request, unit.config.id, may_win=lambda: self._may_win(kp, unit))
+        self.stragglers.compile_ended(unit.name, spec.name, unit.target, result.seconds if result.valid else None)
         self.seconds["compile"] += time.perf_counter() - start
         self.seconds["compiling"] += result.seconds  # the compiles themselves, without the workers' start-up
         if result.status == "ok":
@@ -232,6 +236,7 @@ class TuneSession:
                 self.cache_hits, self.cache_misses = self.cache_hits + hits, self.cache_misses + misses
                 info = hold.lease().info  # a task that measured nothing still takes a device for it
             finally:
+                self.stragglers.finished(unit.name)
                 hold.release()
                 self.batches += hold.batches
                 self.seconds["device held"] += hold.held_s
@@ -285,13 +290,16 @@ class TuneSession:
         to_measure = self.staleness.configs_to_measure(kp, unit)
         left = {c.id for c in to_measure}
         tail = list(baselines.requests)
-        waves = self._landed(kp, unit, to_measure, device, hold.release)
+        judge = StragglerJudge(unit, entries, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
+                               self._compile_landed, self.stragglers, kp.spec.name)
+        waves = self._landed(kp, unit, to_measure, device, hold.release, judge.give_up)
         while True:
             waiting = time.perf_counter()
             wave = next(waves, None)
             self.seconds["waited for compiles"] += time.perf_counter() - waiting  # without the device
             if wave is None:
                 break
+            left -= judge.given_up.keys()  # stragglers that cannot win: not waited for
             wave = [c for c in wave if c.id in left]  # not taken into an earlier batch
             if not wave:
                 continue
@@ -313,6 +321,7 @@ class TuneSession:
             for m in measured:
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
             fresh += measured
+        fresh += [ConfigMeasurement(config_id, "invalid", why) for config_id, why in judge.given_up.items()]
         if tail:  # no config left to measure: the baselines alone
             baselines.take(hold.measure_all(tail, bench_timeout(kp.spec.bench, device.backend)))
         for m in fresh:
@@ -321,12 +330,19 @@ class TuneSession:
         return entries, fresh
 
     def _landed(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config], device: DeviceModel,
-                on_wait=lambda: None):
+                on_wait=lambda: None, give_up=lambda pending: ()):
         """``configs`` in waves as their compiles for ``device`` land (aot_tune.pipeline.streaming)."""
         return landed_waves(configs, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
                             self._compile_landed,
                             lambda cu: self.claims.claimed(cu.name),
-                            lambda cu: self.compile(kp, cu), on_wait)
+                            lambda cu: self.compile(kp, cu), on_wait, give_up)
+
+    def _may_win(self, kp: KernelPlan, unit: CompileUnit) -> bool | None:
+        """Whether a bench of this run may still pick this compile's config; None when no bench
+        of this run uses the compile (another GPU target, a dtype only GPUs measure)."""
+        benches = [b for launch in unit.launches for b in kp.benches_for(launch)
+                   if unit.target in kp.bench_targets(self.plan.device_of(b)) and self.staleness.measures(kp, b, unit.config)]
+        return any(self.stragglers.may_still_pick(b.name, unit.config.id) for b in benches) if benches else None
 
     def _all_landed(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: DeviceModel) -> bool:
         return all(self._compile_landed(cu) for cu in kp.compiles_for(unit, config, kp.bench_targets(device)))

@@ -89,11 +89,14 @@ class CompileClaims:
 
 def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], landed: Callable[[U], bool],
                  claimed: Callable[[U], bool], run_here: Callable[[U], None],
-                 on_wait: Callable[[], None] = lambda: None) -> Iterator[list[C]]:
+                 on_wait: Callable[[], None] = lambda: None,
+                 give_up: Callable[[list[C]], Sequence[C]] = lambda pending: ()) -> Iterator[list[C]]:
     """``configs`` in waves, in their order within each: every config whose compiles have all
     landed (their record written, or their claimant finished), as soon as one has. With nothing
-    landed, a compile nobody claimed is run here (the first in config order), else the claimants
-    are waited for; ``on_wait`` is called before each wait (the bench lets its device go)."""
+    landed, ``give_up`` may drop pending configs not worth waiting for (stragglers that cannot
+    win: aot_tune.pipeline.stragglers); then a compile nobody claimed is run here (the first in
+    config order), else the claimants are waited for; ``on_wait`` is called before each wait
+    (the bench lets its device go)."""
     pending = list(configs)
     while pending:
         ready = [c for c in pending if all(landed(u) for u in compiles_of(c))]
@@ -101,6 +104,10 @@ def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], 
             taken = set(map(id, ready))
             pending = [c for c in pending if id(c) not in taken]
             yield ready
+            continue
+        dropped = set(map(id, give_up(pending)))
+        if dropped:
+            pending = [c for c in pending if id(c) not in dropped]
             continue
         on_wait()
         unclaimed = next((u for c in pending for u in compiles_of(c) if not landed(u) and not claimed(u)), None)

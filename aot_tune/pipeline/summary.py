@@ -43,6 +43,9 @@ def run_summary(session: TuneSession) -> str:
         total = sum(session.bench_status.values())
         failed = ", ".join(f"{k} {v}" for k, v in sorted(session.bench_status.items()) if k != "ok") or "none"
         line = f"bench: {total} config measurements, {session.bench_status['ok']} ok, failed: {failed}"
+        if session.stragglers.given_up:
+            line += (f" ({session.stragglers.given_up} of the invalid ones not waited for: their compiles straggled "
+                     f"and they could not win)")
         if any(d.backend == "cuda" for d in session.plan.devices):
             lookups = session.cache_hits + session.cache_misses
             rate = 100.0 * session.cache_hits / lookups if lookups else 100.0

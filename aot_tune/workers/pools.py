@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,11 +136,14 @@ class Executors:
                 self._compile_pool = None
         _kill(broken)
 
-    def compile(self, request: CompileRequest, config_id: str) -> CompileResult:
-        """Compile in the pool; a worker crash or hang becomes a typed result, and the pool is renewed."""
+    def compile(self, request: CompileRequest, config_id: str,
+                may_win: Callable[[], bool | None] = lambda: None) -> CompileResult:
+        """Compile in the pool; a worker crash or hang becomes a typed result, and the pool is
+        renewed. ``may_win``: whether a bench of this run may still pick the config (None: no
+        bench uses this compile), asked before the deadline gives the compile up."""
         pool = self._pool()
         try:
-            return self._await(pool.submit(compile_config, request, config_id), request, config_id)
+            return self._await(pool.submit(compile_config, request, config_id), request, config_id, may_win)
         except cf.TimeoutError:
             self._replace_pool(pool)
             return self._timed_out(request, config_id)
@@ -156,10 +160,12 @@ class Executors:
         finally:
             _kill(alone)
 
-    def _await(self, future: cf.Future, request: CompileRequest, config_id: str) -> CompileResult:
-        """The compile's result, or ``timeout`` once it has run past the batch's deadline: the
-        compile is abandoned (its worker finishes it, unread; the pool is killed at close), so
-        the tasks waiting on it go on. ``cf.TimeoutError`` past the absolute limit."""
+    def _await(self, future: cf.Future, request: CompileRequest, config_id: str,
+               may_win: Callable[[], bool | None]) -> CompileResult:
+        """The compile's result, or ``timeout`` once it has run past the batch's deadline and no
+        bench may still pick it (``may_win``): the compile is abandoned (its worker finishes it,
+        unread; the pool is killed at close), so the tasks waiting on it go on. While a bench
+        may still pick it, it runs on. ``cf.TimeoutError`` past the absolute limit."""
         peers = self._peer_seconds[(request.kernel, request.target)]
         began = None
         while True:
@@ -169,17 +175,25 @@ class Executors:
             waited = 0.0 if began is None else now - began
             limit = min(self.compile_timeout_s, self.deadline.seconds(peers))
             try:
-                result = future.result(timeout=max(0.05, min(1.0, limit - waited)) if began else 0.2)
+                wait_s = (max(0.05, min(1.0, limit - waited)) if waited < limit else 1.0) if began else 0.2
+                result = future.result(timeout=wait_s)
             except cf.TimeoutError:
                 if began is None or time.monotonic() - began < limit:
                     continue
                 if limit >= self.compile_timeout_s:
                     raise
+                wanted = may_win()
+                if wanted:  # a bench may still pick it: only the absolute limit stops it
+                    if time.monotonic() - began < self.compile_timeout_s:
+                        continue
+                    raise
                 self._abandoned += 1
+                why = "; no bench of this run could still pick it" if wanted is False else ""
                 return CompileResult(request.kernel, config_id, request.target, status="timeout",
                                      seconds=time.monotonic() - began,
                                      message=f"compile deadline: over {limit:.0f} s ({self.deadline.describe()}, "
-                                             f"median {statistics.median(peers):.1f} s); --compile-deadline 0 turns it off")
+                                             f"median {statistics.median(peers):.1f} s){why}; --compile-deadline 0 "
+                                             f"turns it off")
             if result.status == "ok":
                 peers.append(result.seconds)
             return result

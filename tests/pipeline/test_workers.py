@@ -133,6 +133,31 @@ def test_a_compile_far_slower_than_its_peers_is_given_up_at_the_deadline(tmp_pat
         assert time.monotonic() - began < 30
 
 
+def test_the_deadline_gives_up_only_a_compile_no_bench_may_still_pick(tmp_path):
+    """Past the deadline, a compile some bench may still pick runs on (here until the absolute
+    limit); once no bench may, it is given up at the next look, and says why."""
+    from aot_tune.build.deadline import CompileDeadline
+
+    root = crashing_project(tmp_path / "project")
+    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2, compile_timeout_s=8,
+                          deadline=CompileDeadline(factor=3, min_s=2, peers=2))
+    try:
+        executors.start_compiles()
+        assert all(executors.compile(crashy_request(root, block), str(block)).valid for block in (64, 128))
+        began = time.monotonic()
+        kept = executors.compile(crashy_request(root, 2), "wanted", may_win=lambda: True)
+        assert (kept.status, kept.message) == ("timeout", "compile exceeded 8 s") and time.monotonic() - began >= 7
+        asked = []
+        began = time.monotonic()
+        dropped = executors.compile(crashy_request(root, 2), "unwanted",
+                                    may_win=lambda: asked.append(time.monotonic() - began) or len(asked) < 3)
+        assert dropped.status == "timeout" and dropped.message.endswith(
+            "; no bench of this run could still pick it; --compile-deadline 0 turns it off")
+        assert len(asked) == 3 and 3.5 < time.monotonic() - began < 8  # asked at the deadline, then about once a second
+    finally:
+        executors.close()
+
+
 def test_a_crash_or_a_hang_renews_the_compile_pool(tmp_path):
     """A worker that dies (twice: the config is retried once, alone on a worker of its own) is
     recorded as crashed, one that hangs as timeout; each time the pool is replaced, and the next

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from aot_tune.pipeline.streaming import CompileClaims, landed_waves
+from aot_tune.pipeline.stragglers import Stragglers
 
 
 def test_configs_come_in_waves_as_their_compiles_land_in_config_order():
@@ -123,13 +124,13 @@ def test_the_record_does_not_depend_on_the_waves():
         batches.clear()
         session = TuneSession.__new__(TuneSession)
         session._all_landed = lambda kp, unit, config, device: config in landed_meanwhile
-        session.seconds = Counter()
+        session.seconds, session.bench_status, session.stragglers = Counter(), Counter(), Stragglers()
         session.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
-        session._landed = lambda kp, unit, todo, device, on_wait: iter(waves)
+        session._landed = lambda kp, unit, todo, device, on_wait, give_up: iter(waves)
         session._invalid_configs = lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid}
         session._request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id)
-        kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
-                                                                  l2_flush_bytes=None)))
+        kp = SimpleNamespace(spec=SimpleNamespace(name="k", bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
+                                                                            l2_flush_bytes=None)))
         unit = SimpleNamespace(configs=tuple(configs), default_config=configs[0], vendor="kernels.k:vendor")
         hold = SimpleNamespace(lease=lambda upcoming=None: Lease(), release=lambda: None,
                                measure_all=lambda requests, timeout_s: list(Lease().measure_all(requests, timeout_s)))
