@@ -338,10 +338,12 @@ class TuneSession:
                             lambda cu: self.compile(kp, cu), on_wait, give_up)
 
     def _may_win(self, kp: KernelPlan, unit: CompileUnit) -> bool | None:
-        """Whether a bench of this run may still pick this compile's config; None when no bench
-        of this run uses the compile (another GPU target, a dtype only GPUs measure)."""
+        """Whether an exhaustive bench of this run may still pick this compile's config; None when
+        none uses the compile (another GPU target, a dtype only GPUs measure; a budgeted search,
+        which waits for every verdict before it starts, judges no straggler)."""
         benches = [b for launch in unit.launches for b in kp.benches_for(launch)
-                   if unit.target in kp.bench_targets(self.plan.device_of(b)) and self.staleness.measures(kp, b, unit.config)]
+                   if b.search.exhaustive and unit.target in kp.bench_targets(self.plan.device_of(b))
+                   and self.staleness.measures(kp, b, unit.config)]
         return any(self.stragglers.may_still_pick(b.name, unit.config.id) for b in benches) if benches else None
 
     def _all_landed(self, kp: KernelPlan, unit: BenchUnit, config: Config, device: DeviceModel) -> bool:
