@@ -97,7 +97,7 @@ class TuneCommand(HelpOption, Run):
                     session.executors.close()
                     summary = run_summary(session)
                     if summary:
-                        eprint(summary + "\n" + end_to_end(session, time.time() - started))
+                        eprint(summary + "\n" + end_to_end(session, time.time() - started, session.forecast))
                     if result == 0 and reporter is not None and not reporter.ran:
                         print(nothing_to_do(session.plan, program()), file=reporter.outstream, flush=True)
                     run = run_record(session, started, time.time(), ok=result == 0)

@@ -232,6 +232,13 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
     return result
 
 
+def may_have_work(plan: Plan, staleness: Staleness) -> bool:
+    """Whether a run may do anything, asked before ``forecast`` so that a no-op run predicts
+    nothing at the cost of nothing: only a bench that is not done, or a launch compiled but not
+    measured, needs a compile or a capture (the staleness the bench stage asks anyway)."""
+    return any(kp.compile_only for kp in plan.kernels) or \
+        any(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)
+
 def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
               budgeted: dict[str, list[float]]) -> None:
     """The four parts from the tasks' seconds (see the module doc)."""

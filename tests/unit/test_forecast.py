@@ -189,3 +189,10 @@ def test_without_stale_compiles_the_start_up_is_the_device_workers(compiled_befo
     assert predicted.compiles == [] and predicted.kernels[0].compiles_stale == 0 and not predicted.idle
     assert predicted.startup_s == model.DEFAULT_DEVICE_STARTUP_S["cuda"] and predicted.compile_s == 0.0
     assert predicted.bench_s == pytest.approx(sum(predicted.bench_seconds.values()))  # one GPU, one task after another
+
+
+def test_a_no_op_is_told_without_a_forecast(tmp_path):
+    plan, staleness = plan_of(make_project(tmp_path, MANIFEST), INTERPRETER_DEVICE)
+    assert model.may_have_work(plan, staleness)
+    plan.kernels[0].bench_units.clear()  # nothing measured, nothing compiled only
+    assert not model.may_have_work(plan, staleness) and model.forecast(plan, staleness, 2).idle
