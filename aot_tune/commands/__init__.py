@@ -1,6 +1,7 @@
 """The doit commands: the only modules that import doit.
 
-``loader`` reads tuning.yaml into the stage tasks of rules/; ``tune``, ``check``, ``export``,
+``loader`` reads tuning.yaml into the stage tasks of rules/; ``tune`` (and ``dry_run``, its
+``--dry-run``), ``check``, ``export``,
 ``merge_caches`` (merge-caches, drop-device), ``report`` (report, subset) and ``adopt`` are the commands, registered as doit
 plugins in pyproject.toml; ``options`` holds what they share; ``cli`` is ``aot_tune <command>``.
 
