@@ -104,29 +104,43 @@ class Calibration:
 
 
 def calibrate(runs: Sequence[RunRecord], backend: str) -> Calibration:
-    """The medians over the last ``CALIBRATION_RUNS`` logged runs on ``backend`` of: the
-    workers' start-up (``specialize start-up``), the device workers' start-up, seconds per
-    compile, a measurement's device seconds beyond its timed launches, a batch's own seconds
-    (device held outside the worker's batches, and their input sets), and the time no stage
-    covers (``time_split``'s other)."""
-    same = [r for r in runs if r.backend == backend][-CALIBRATION_RUNS:]
-    startup, devices, compiles, engine, batch, rest = [], [], [], [], [], []
-    for run in same:
-        seconds = run.worker_seconds
-        startup += [seconds["specialize start-up"]] if seconds.get("specialize start-up") else []
-        devices += [seconds["device start-up"]] if seconds.get("device start-up") else []
-        compiled = sum(run.compile.values())
-        compiles += [seconds.get("compiling", 0.0) / compiled] if compiled and seconds.get("compiling") else []
-        measured = sum(v for k, v in run.bench.items() if k != "invalid") + sum(run.baselines.values())
-        inputs = seconds.get("device inputs", 0.0)
-        if measured and seconds.get("device batches"):
+    """The medians of what the last ``CALIBRATION_RUNS`` successful logged runs on ``backend``
+    observed (``observed``)."""
+    told = [seen for seen in map(observed, [r for r in runs if r.backend == backend and r.ok]) if seen]
+    told = told[-CALIBRATION_RUNS:]
+    return Calibration(backend, len(told), **{name: _median([seen[name] for seen in told if name in seen])
+                                              for name in CALIBRATED})
+
+
+#: What a logged run tells the model (``Calibration``'s fields).
+CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "engine_s", "batch_s", "rest_s")
+
+
+def observed(run: RunRecord) -> dict[str, float]:
+    """What one logged run tells of ``CALIBRATED``: the workers' start-up (``specialize
+    start-up``), the device workers' start-up, seconds per compile, a measurement's device
+    seconds beyond its timed launches, a batch's own seconds (the device held outside the
+    worker's batches, and their input sets), and the time no stage covers (``time_split``'s
+    other). Nothing from an entry that is not a run this version logs."""
+    try:
+        seconds = {name: float(value) for name, value in run.worker_seconds.items()}
+        found = {"startup_s": seconds.get("specialize start-up", 0.0),
+                 "device_startup_s": seconds.get("device start-up", 0.0),
+                 "rest_s": float(time_split(run)["other"])}
+        compiled = sum(int(n) for n in run.compile.values())
+        if compiled and seconds.get("compiling"):
+            found["compile_s"] = seconds["compiling"] / compiled
+        measured = sum(int(n) for k, n in run.bench.items() if k != "invalid") + \
+            sum(int(n) for n in run.baselines.values())
+        batches, inputs = seconds.get("device batches", 0.0), seconds.get("device inputs", 0.0)
+        if measured and batches:
             timed = seconds.get("measured", 0.0) + seconds.get("measured baselines", 0.0)
-            engine.append(max(0.0, seconds["device batches"] - inputs - timed) / measured)
+            found["engine_s"] = max(0.0, batches - inputs - timed) / measured
             if run.batches:
-                batch.append(max(0.0, seconds.get("device held", 0.0) - seconds["device batches"] + inputs) / run.batches)
-        rest.append(time_split(run)["other"])
-    return Calibration(backend, len(same), _median(startup), _median(devices), _median(compiles), _median(engine),
-                       _median(batch), _median(rest))
+                found["batch_s"] = max(0.0, seconds.get("device held", 0.0) - batches + inputs) / int(run.batches)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return {}
+    return {name: value for name, value in found.items() if value > 0 or name == "rest_s"}
 
 
 @dataclass
@@ -238,6 +252,7 @@ def may_have_work(plan: Plan, staleness: Staleness) -> bool:
     measured, needs a compile or a capture (the staleness the bench stage asks anyway)."""
     return any(kp.compile_only for kp in plan.kernels) or \
         any(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)
+
 
 def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
               budgeted: dict[str, list[float]]) -> None:
@@ -428,7 +443,8 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
         extra = bool(unit.vendor) + (default is not None and default not in unit.configs)
         seconds += extra * cost(1.0)
         measurements += extra
-        batches += int(extra > 0 and not unit.search.exhaustive)  # with the last batch, when exhaustive
+        # with the configs' last batch when exhaustive (alone where no config is left), else a batch of their own
+        batches += int(extra > 0 and (not unit.search.exhaustive or batches == 0))
     return seconds + batches * calibration.batch(), measurements, configs
 
 

@@ -99,7 +99,10 @@ def run(backend: str = "cuda", **seconds) -> RunRecord:
 def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
     logged = run(**{"specialize start-up": 3.0, "device start-up": 0.5, "compiling": 8.0, "device held": 12.0,
                     "device batches": 11.0, "device inputs": 1.0, "measured": 4.0, "measured baselines": 1.0})
-    calibration = model.calibrate([run("interpreter", **{"specialize start-up": 99.0}), logged], "cuda")
+    failed = run(**{"specialize start-up": 99.0})
+    failed.ok = False
+    torn = run(**{"specialize start-up": "soon"})
+    calibration = model.calibrate([run("interpreter", **{"specialize start-up": 99.0}), failed, torn, logged], "cuda")
     assert calibration.runs == 1 and calibration.startup_s == 3.0 and calibration.device_startup_s == 0.5
     assert calibration.compile_s == 0.8  # 8 s over 10 compiles
     assert calibration.engine_s == pytest.approx((11.0 - 1.0 - 5.0) / 100)  # 90 ok + 10 baselines measured
@@ -196,3 +199,18 @@ def test_a_no_op_is_told_without_a_forecast(tmp_path):
     assert model.may_have_work(plan, staleness)
     plan.kernels[0].bench_units.clear()  # nothing measured, nothing compiled only
     assert not model.may_have_work(plan, staleness) and model.forecast(plan, staleness, 2).idle
+
+
+@pytest.mark.parametrize("default, extra", [("{BLOCK_SIZE: 256, num_warps: 4}", 1),   # a config: not timed twice
+                                            ("{BLOCK_SIZE: 1024, num_warps: 4}", 2)])  # outside the space
+def test_the_baselines_ride_with_the_last_batch(compiled_before, default, extra):
+    manifest = compiled_before / "tuning.yaml"
+    manifest.write_text(manifest.read_text().replace(
+        "    dtypes: [float32]\n", f"    dtypes: [float32]\n    default_config: {default}\n"
+                                  "    vendor: kernels.vector_add:vendor\n"))
+    plan, staleness = plan_of(compiled_before)
+    predicted = model.forecast(plan, staleness, 2)
+    measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
+    task = (3 + extra) * measurement + model.DEFAULT_BATCH_S["cuda"]  # still one batch
+    assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
+    assert predicted.kernels[0].devices["h100-sxm"].measurements == 2 * (3 + extra)
