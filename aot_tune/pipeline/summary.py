@@ -39,6 +39,7 @@ def _device_startup(session: TuneSession) -> dict[str, float]:
         return {}
     return {"device start-up": max(0.0, pool.ready_at - pool.started_at)}
 
+
 def run_summary(session: TuneSession) -> str:
     """The run's closing lines: what was specialized, compiled, measured and searched."""
     lines = []
@@ -88,7 +89,7 @@ def end_to_end(session: TuneSession, wall_s: float, forecast: Forecast | None = 
     line = f"end to end: {wall_s:.1f}s wall, floor {floor:.1f}s (the most of: {'; '.join(parts)}): {ratio}"
     if forecast is None:
         return line
-    predicted = ", ".join(f"{part} {seconds:.1f}" for part, seconds in forecast.parts().items())
+    predicted = ", ".join(f"{part} {spent:.1f}" for part, spent in forecast.parts().items())
     return f"{line}; predicted {forecast.predicted_s:.1f} s ({predicted})"
 
 
