@@ -12,14 +12,15 @@ A run is four parts, added up:
   earlier run (any fingerprint: an edit changes a compile's time far less than its config does),
   else its ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else the
   typical compile (``build.compile.expected_compile_seconds``, which the compile stage orders
-  by too); the compile deadline (``build.deadline``) caps a straggler. A launch whose specialization
-  is not captured yet is assumed to specialize as a captured launch of the same class (its dtype,
-  and which ints are 1 or divisible by 16: what Triton specializes on) does, so it shares that
-  compile; else each class is one compile per config and target.
+  by too); the compile deadline (``build.deadline``) caps a straggler. A launch whose
+  specialization is not captured yet is assumed to specialize as a captured launch of the same
+  class (its dtype, and which ints are 1 or divisible by 16: what Triton specializes on) does,
+  so it shares that compile; else each class is one compile per config and target.
 * **bench**: per measurement, on a GPU, the timed launches (``rep_ms`` x the share a budgeted
   search gives it, x 1.1: the engine fills a bit over ``rep_ms``) plus the engine's overhead
   (check, warm-up, probe, graph capture, kernel load); on the interpreter, that config's
-  ``seconds`` in the shape's earlier record. Plus an overhead per batch sent to the device worker.
+  ``seconds`` in the shape's earlier record. Plus an overhead per batch sent to the device worker;
+  a config that failed to compile every time before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
   start once the first compile landed and the device workers are up, and end no sooner than the
@@ -27,8 +28,9 @@ A run is four parts, added up:
 * **rest**: planning, merge and generate.
 
 The overheads and start-ups are calibrated from the last runs on the same backend in
-``.aot_tune/runs.json`` (medians; ``calibrate``), else the documented defaults below. Skipped
-configs, faults and hangs, several waves per bench and the surrogate's fits are not modelled.
+``.aot_tune/runs.json`` (medians; ``calibrate``), else the documented defaults below. Compiles
+failing for the first time, faults and hangs, several waves per bench and the surrogate's fits
+are not modelled.
 """
 from __future__ import annotations
 
