@@ -13,7 +13,8 @@ def tasks(session) -> Iterator[dict]:
     # config costs about warmup + rep whatever its shape, so a task's cost is its config count
     # (its budget under a budgeted search). doit dispatches in this order.
     units.sort(key=lambda item: (bool(item[1].sources), -_measurements(item[1])))
-    session.start_stage("bench", sum(not staleness.bench_done(kp, u) for kp, u in units))
+    stale = [u for kp, u in units if not staleness.bench_done(kp, u)]
+    session.start_stage("bench", len(stale), stale)
     devices = ", ".join(d.key for d in plan.devices)
     yield {"basename": "bench", "name": None, "doc": f"benchmark each shape x dtype on each device model ({devices})"}
     for kp, unit in units:

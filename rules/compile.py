@@ -15,7 +15,7 @@ def tasks(session) -> Iterator[dict]:
     units = longest_first(  # doit dispatches in this order; only the stale units' order matters
         units, lambda item: compile_time_estimate(item[1].config.as_dict(), item[0].spec.compile_cost),
         lambda item: recorded_compile_seconds(item[1].output) if item[1].name in stale else None)
-    session.start_stage("compile", len(stale))
+    session.start_stage("compile", len(stale), [u for _, u in units if u.name in stale])
     yield {"basename": "compile", "name": None,
            "doc": "AOT-compile every candidate config per specialization and GPU target (all CPU cores)"}
     for kp, unit in units:

@@ -1,8 +1,9 @@
 """The doit commands: the only modules that import doit.
 
-``loader`` reads tuning.yaml into the stage tasks of rules/; ``tune``, ``check``, ``export``,
-``merge_caches`` (merge-caches, drop-device), ``report`` (report, subset) and ``adopt`` are the commands, registered as doit
-plugins in pyproject.toml; ``options`` holds what they share; ``cli`` is ``aot_tune <command>``.
+``loader`` reads tuning.yaml into the stage tasks of rules/; ``tune`` (``dry_run`` is its
+``--dry-run``), ``check``, ``export``, ``merge_caches`` (merge-caches, drop-device), ``report``
+(report, subset) and ``adopt`` are the commands, registered as doit plugins in pyproject.toml;
+``options`` holds what they share; ``cli`` is ``aot_tune <command>``.
 
 They need the tuning pipeline, the ``aot-tune[tune]`` extra (doit, pyyaml, jinja2, protobuf); a
 plain ``pip install aot-tune`` is the runtime alone. Without the extra, ``main`` (``aot_tune`` and

@@ -18,7 +18,9 @@ from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_comp
                                        opt_insecure_tcp, opt_manifest, opt_scheduler, opt_tls_ca_file, opt_tls_cert,
                                        opt_tls_key, opt_worker_wait)
 from aot_tune.errors import TuneError
+from aot_tune.pipeline.forecast import forecast, may_have_work
 from aot_tune.pipeline.plan import Plan, build_plan
+from aot_tune.pipeline.runlog import read_runs
 from aot_tune.pipeline.session import StageFailure, TuneSession, eprint
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message
@@ -90,16 +92,20 @@ class ManifestLoader(TaskLoader2):
     def setup(self, opt_values: dict) -> None:
         self.options = opt_values
 
+    def read_manifest(self, write_caches: bool = True):
+        """The manifest --manifest names (tuning.yaml by default); its mistakes are doit's one-line error."""
+        from aot_tune.manifest import load_manifest
+
+        try:
+            return load_manifest(self.options.get("manifest") or "tuning.yaml", write_caches=write_caches)
+        except TuneError as err:
+            raise InvalidDodoFile(str(err)) from None
+
     def load_doit_config(self) -> dict:
         """doit's database goes under the manifest's .aot_tune/, never into the project root,
         unless --db-file or the project's doit settings name another place. The manifest is read
         first: a folder without one gets its error, and no .aot_tune/."""
-        from aot_tune.manifest import load_manifest
-
-        try:
-            self.manifest = load_manifest(self.options.get("manifest") or "tuning.yaml")
-        except TuneError as err:
-            raise InvalidDodoFile(str(err)) from None
+        self.manifest = self.read_manifest()
         config = {}
         dep_file = self.options.get("dep_file")
         if dep_file in (None, opt_depfile["default"], DOIT_DB):
@@ -111,14 +117,10 @@ class ManifestLoader(TaskLoader2):
         set_aside_broken_database(Path(dep_file))
         return config
 
-    def load_tasks(self, cmd, pos_args) -> list:
-        from aot_tune import rules
-        from aot_tune.rules import bench, compile, generate, merge
-
-        deadline = CompileDeadline(factor=float(self.options.get("compile_deadline", CompileDeadline.factor)))
-        if deadline.factor < 0:
-            raise InvalidDodoFile(f"--compile-deadline {deadline.factor:g}: a negative factor; fix: a factor over "
-                                  f"the median compile time (e.g. 10), or 0 for no deadline")
+    def plan_run(self):
+        """The plan of the kernels named (all by default) on the devices this run benches on,
+        what of it is stale, and the Dask cluster (None: the local devices; the caller closes
+        it). What a run would refuse is doit's one-line error; nothing is written."""
         cluster = None
         manifest = self.manifest
         try:
@@ -133,17 +135,42 @@ class ManifestLoader(TaskLoader2):
             plan = build_plan(manifest, devices, kernels)
             staleness = Staleness(plan)
             guard_tables(plan, staleness)
-            if cluster is not None:
-                refs = [ref for k in kernels for ref in (k.kernel, k.launch, k.inputs, k.reference) if ref]
-                cluster.use_project(manifest.root, refs, plan.triton_cache_dir)
         except TuneError as err:
             if cluster is not None:
                 cluster.close()
             raise InvalidDodoFile(str(err)) from None
-        plan.work_dir.mkdir(parents=True, exist_ok=True)
+        return plan, staleness, cluster
+
+    def compile_jobs(self, cluster) -> int:
+        """-n: the compile workers. On a cluster -n may exceed the local cores to keep its GPUs
+        busy; the compile workers may not."""
         jobs = int(self.options.get("num_process") or self.jobs)
-        if cluster is not None:  # -n may exceed the local cores to keep a big cluster's GPUs busy; compiles may not
-            jobs = min(jobs, self.jobs)
+        return min(jobs, self.jobs) if cluster is not None else jobs
+
+    def compile_deadline(self) -> CompileDeadline:
+        deadline = CompileDeadline(factor=float(self.options.get("compile_deadline", CompileDeadline.factor)))
+        if deadline.factor < 0:
+            raise InvalidDodoFile(f"--compile-deadline {deadline.factor:g}: a negative factor; fix: a factor over "
+                                  f"the median compile time (e.g. 10), or 0 for no deadline")
+        return deadline
+
+    def load_tasks(self, cmd, pos_args) -> list:
+        from aot_tune import rules
+        from aot_tune.rules import bench, compile, generate, merge
+
+        deadline = self.compile_deadline()
+        plan, staleness, cluster = self.plan_run()
+        devices = plan.devices
+        if cluster is not None:
+            try:
+                refs = [ref for kp in plan.kernels for ref in (kp.spec.kernel, kp.spec.launch, kp.spec.inputs,
+                                                               kp.spec.reference) if ref]
+                cluster.use_project(plan.manifest.root, refs, plan.triton_cache_dir)
+            except TuneError as err:
+                cluster.close()
+                raise InvalidDodoFile(str(err)) from None
+        plan.work_dir.mkdir(parents=True, exist_ok=True)
+        jobs = self.compile_jobs(cluster)
         self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster,
                                                    deadline=deadline), staleness)
         if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
@@ -152,6 +179,9 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {note}")
             for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
+            if may_have_work(plan, staleness):  # a no-op run predicts nothing
+                predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline)
+                self.session.forecast = None if predicted.idle else predicted
             try:
                 self.session.specialize()
             except TuneError as err:

@@ -13,6 +13,7 @@ from doit.cmd_run import Run, opt_always, opt_num_process, opt_parallel_type
 from doit.exceptions import InvalidCommand
 from doit.reporter import ConsoleReporter
 
+from aot_tune.commands.dry_run import dry_run
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
 from aot_tune.errors import program
@@ -36,6 +37,13 @@ TUNE_OPTIONS = {
     opt_depfile["name"]: {"default": DOIT_DB, "help": "doit's record of finished tasks [default: "
                           "%(default)s, next to the manifest]"},
     opt_backend["name"]: {"default": "sqlite3"},
+}
+
+
+opt_dry_run = {
+    "name": "dry_run", "long": "dry-run", "type": bool, "default": False,
+    "help": "print the plan (compiles, captures, bench tasks and measurements per kernel and device) and the "
+            "predicted wall time, and stop: nothing is compiled, measured or written",
 }
 
 
@@ -63,7 +71,7 @@ class TuneCommand(HelpOption, Run):
     doc_description = ("Compiles every candidate config on all CPU cores, benchmarks each shape on the local GPUs "
                        "(or the Triton interpreter), merges the results into the protobuf caches and writes "
                        "generated/<kernel>.py. Only stale work runs; a run with nothing stale says so in one line.")
-    cmd_options = tuple({**opt, **TUNE_OPTIONS.get(opt["name"], {})} for opt in Run.cmd_options)
+    cmd_options = (*({**opt, **TUNE_OPTIONS.get(opt["name"], {})} for opt in Run.cmd_options), opt_dry_run)
     base_options = tuple({**opt, **TUNE_OPTIONS.get(opt["name"], {})} for opt in Run.base_options)
 
     def __init__(self, task_loader=None, **kwargs) -> None:
@@ -75,6 +83,9 @@ class TuneCommand(HelpOption, Run):
         if params.get("par_type") == "process":
             raise InvalidCommand(f"{program()} tune runs its own worker processes; -P process is not supported, "
                                  "drop the option (threads are the default)")
+        if params.get("dry_run"):
+            self.loader.setup(params)
+            return dry_run(self.loader, args)
         self.loader.kernel_names = tuple(args)
         work_dir = Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR
         started, result = time.time(), None
@@ -97,7 +108,7 @@ class TuneCommand(HelpOption, Run):
                     session.executors.close()
                     summary = run_summary(session)
                     if summary:
-                        eprint(summary + "\n" + end_to_end(session, time.time() - started))
+                        eprint(summary + "\n" + end_to_end(session, time.time() - started, session.forecast))
                     if result == 0 and reporter is not None and not reporter.ran:
                         print(nothing_to_do(session.plan, program()), file=reporter.outstream, flush=True)
                     run = run_record(session, started, time.time(), ok=result == 0)

@@ -19,9 +19,11 @@ from aot_tune.manifest.yaml_lines import _Map, _Seq
 
 @dataclass(frozen=True)
 class _Ctx:
-    """The path to show in errors (as the user gave it)."""
+    """The path to show in errors (as the user gave it), and whether reading may keep what it
+    expanded under .aot_tune/ (a dry run writes nothing)."""
 
     shown: str
+    write_caches: bool = True
 
     def fail(self, line: int | None, key: str, problem: str, fix: str) -> NoReturn:
         raise ManifestError(self.shown, line, key, problem, fix)

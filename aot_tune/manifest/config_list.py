@@ -95,6 +95,8 @@ def resolve_configs(ctx: _Ctx, ref: str, root: Path, key: str, line: int) -> lis
     except (OSError, ValueError, AttributeError):
         pass  # no cache yet, or a torn one: import instead
     configs = _imported(ctx, ref, root, key, line)
+    if not ctx.write_caches:
+        return configs
     try:
         write_atomic(cache, json.dumps({"ref": ref, "fingerprint": fingerprint, "configs": configs}, indent=1))
     except OSError:

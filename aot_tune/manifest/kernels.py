@@ -36,9 +36,10 @@ from aot_tune.manifest.yaml_lines import MAX_YAML_NODES, _line, _LineLoader, _Ma
 from aot_tune.space import FUNCTIONS
 
 
-def load_manifest(path: str | os.PathLike[str]) -> Manifest:
-    """Read, parse and validate a manifest; every user mistake is a ManifestError."""
-    ctx = _Ctx(os.fspath(path))
+def load_manifest(path: str | os.PathLike[str], *, write_caches: bool = True) -> Manifest:
+    """Read, parse and validate a manifest; every user mistake is a ManifestError. Without
+    ``write_caches`` a ``configs:`` list it had to import is not kept under .aot_tune/."""
+    ctx = _Ctx(os.fspath(path), write_caches)
     doc = _parse_yaml(ctx, _read_text(ctx))
     top = _top_mapping(ctx, doc)
     absolute = Path(os.path.abspath(ctx.shown))

@@ -22,7 +22,8 @@ RUNS_KEPT = 50
 @dataclass
 class RunRecord:
     """One ``doit tune`` that ran a stage: its wall time, each stage's span (seconds from its start),
-    worker seconds, and outcomes by kind."""
+    worker seconds, outcomes by kind, the batches benches sent to device workers, and what the
+    run predicted at its start (aot_tune.pipeline.forecast; None in runs logged before it)."""
 
     started_at: str
     wall_s: float
@@ -35,6 +36,9 @@ class RunRecord:
     compile: dict[str, int] = field(default_factory=dict)
     bench: dict[str, int] = field(default_factory=dict)
     baselines: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    predicted_s: float | None = None
+    predicted: dict[str, float] = field(default_factory=dict)  # start-up, compile, bench, rest
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunRecord | None":

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
@@ -37,6 +37,9 @@ from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializeRequest, launch_key, split_request
 from aot_tune.tuning_schema import Measurement, TuningRecord
+
+if TYPE_CHECKING:
+    from aot_tune.pipeline.forecast import Forecast
 
 #: The least a device worker may go without progress before its config is a timeout: a GPU
 #: step includes loading a kernel (and compiling a default config outside the space); the
@@ -83,15 +86,21 @@ class TuneSession:
         self.batches = 0  # the batches benches sent to device workers
         self._driver: ThreadPoolExecutor | None = None  # runs the queued compiles (see compile)
         self._driver_lock = threading.Lock()
+        self.forecast: Forecast | None = None  # the run's prediction, made before it started (None: a no-op)
 
     def _span(self, stage: str, start: float, end: float) -> None:
         with self._spans_lock:
             span = self.spans.setdefault(stage, [start, end])
             span[0], span[1] = min(span[0], start), max(span[1], end)
 
-    def start_stage(self, stage: str, total: int) -> None:
-        """Set the number of tasks the loader found stale; the count grows if more turn up."""
-        self.progress[stage] = Progress(stage, total)
+    def start_stage(self, stage: str, total: int, units: Iterable[CompileUnit | BenchUnit] = ()) -> None:
+        """Set the number of tasks the loader found stale (the count grows if more turn up); with
+        those ``units``, the progress lines estimate what is left from the run's prediction."""
+        expected = {}
+        if self.forecast is not None:
+            expected = {u.name: s for u in units if (s := self.forecast.task_seconds(u)) is not None}
+        lanes = self.executors.compile_jobs if stage == "compile" else sum(d.count for d in self.plan.devices)
+        self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes)
 
     # -- specialize (part of planning) -----------------------------------------------------
     def specialize(self) -> None:
@@ -199,7 +208,8 @@ class TuneSession:
         record = CompileRecord(unit.fingerprint, unit.config.as_dict(), unit.specialization,
                                [launch_key(s, d) for s, d in unit.launches], result)
         write_atomic(unit.output, record.to_json())
-        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {unit.specialization} {result.status}")
+        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {unit.specialization} {result.status}",
+                                         unit.name, result.seconds)
 
     # -- bench -----------------------------------------------------------------------------
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> StageFailure | None:
@@ -243,12 +253,12 @@ class TuneSession:
                 for step, spent in hold.seconds.items():
                     self.seconds[f"device {step}"] += spent
         except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
-            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED", unit.name, hold.held_s)
             return StageFailure(f"{unit.name}: {exc}")
         targets = kp.bench_targets(device)
         failed = self.claims.failures(cu.name for c in unit.probes for cu in kp.compiles_for(unit, c, targets))
         if failed:
-            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED", unit.name, hold.held_s)
             return StageFailure(f"{unit.name}: {failed}")
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
@@ -266,7 +276,7 @@ class TuneSession:
             record.search.CopyFrom(search_info)
         if not record.HasField("best"):
             # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
-            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED")
+            self.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED", unit.name, hold.held_s)
             return StageFailure(no_config_passed(unit, record))
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
         note = f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}"
@@ -276,7 +286,7 @@ class TuneSession:
             tally = self.searched.setdefault(unit.search.describe(), Counter())
             tally.update(shapes=1, measured=search_info.configs_measured, candidates=search_info.candidate_count)
             tally["seconds"] += search_info.seconds
-        self.progress["bench"].advance(note)
+        self.progress["bench"].advance(note, unit.name, hold.held_s)
 
     def _measure_all(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
                      device: DeviceModel, baselines: Baselines):

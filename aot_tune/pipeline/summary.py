@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from aot_tune.pipeline.runlog import RunRecord
 
 if TYPE_CHECKING:
+    from aot_tune.pipeline.forecast import Forecast
     from aot_tune.pipeline.session import TuneSession
 
 
@@ -15,14 +16,29 @@ def run_record(session: TuneSession, started: float, ended: float, ok: bool) -> 
     """Where this run's time went (aot_tune.pipeline.runlog); None when no stage ran."""
     if not session.spans:
         return None
+    forecast = session.forecast
     return RunRecord(
         started_at=datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
         wall_s=round(ended - started, 3), ok=ok, device=session.plan.device.key, backend=session.plan.device.backend,
         kernels=sorted(kp.spec.name for kp in session.plan.kernels),
         stages={stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in session.spans.items()},
-        worker_seconds={k: round(v, 3) for k, v in sorted(session.seconds.items())},
+        worker_seconds={k: round(v, 3) for k, v in sorted({**session.seconds, **_device_startup(session)}.items())},
         compile=dict(session.compile_status), bench=dict(session.bench_status), baselines=dict(session.baseline_status),
+        batches=session.batches,
+        predicted_s=round(forecast.predicted_s, 3) if forecast is not None else None,
+        predicted=forecast.parts() if forecast is not None else {},
     )
+
+
+def _device_startup(session: TuneSession) -> dict[str, float]:
+    """How long the local device workers took to come up, where a bench ran (a cluster's were up before)."""
+    if "bench" not in session.spans:
+        return {}
+    pool = session.executors.devices
+    if pool.started_at is None or pool.ready_at is None:
+        return {}
+    return {"device start-up": max(0.0, pool.ready_at - pool.started_at)}
+
 
 def run_summary(session: TuneSession) -> str:
     """The run's closing lines: what was specialized, compiled, measured and searched."""
@@ -57,11 +73,12 @@ def run_summary(session: TuneSession) -> str:
                      f"{tally['candidates']} candidate configs measured, {tally['seconds']:.1f}s")
     return "\n".join(lines)
 
-def end_to_end(session: TuneSession, wall_s: float) -> str:
+def end_to_end(session: TuneSession, wall_s: float, forecast: Forecast | None = None) -> str:
     """The run's last line: its wall time against its floor, the most it could not beat however
     well stages overlap: the seconds spent compiling spread over every compile worker, the slowest
     valid compile (it runs on one core), and the timed kernel launches spread over the devices.
-    Start-ups (imports, CUDA) are not in the floor: they are what overlapping should hide."""
+    Start-ups (imports, CUDA) are not in the floor: they are what overlapping should hide. Then
+    what the run predicted at its start, where it made a prediction."""
     seconds = session.seconds
     jobs = session.executors.compile_jobs
     spread = seconds["compiling"] / jobs
@@ -72,7 +89,11 @@ def end_to_end(session: TuneSession, wall_s: float) -> str:
              f"slowest valid compile {seconds['slowest valid compile']:.1f}s",
              f"timed launches {timed:.1f}s" + (f" a device ({devices})" if devices > 1 else "")]
     ratio = f"{wall_s / floor:.1f}x the floor" if floor >= 0.05 else "no floor to compare with"
-    return f"end to end: {wall_s:.1f}s wall, floor {floor:.1f}s (the most of: {'; '.join(parts)}): {ratio}"
+    line = f"end to end: {wall_s:.1f}s wall, floor {floor:.1f}s (the most of: {'; '.join(parts)}): {ratio}"
+    if forecast is None:
+        return line
+    predicted = ", ".join(f"{part} {spent:.1f}" for part, spent in forecast.parts().items())
+    return f"{line}; predicted {forecast.predicted_s:.1f} s ({predicted})"
 
 
 def _bench_timing(session: TuneSession) -> str:

@@ -181,6 +181,7 @@ class RunRow:
     wall_s: float
     split: dict[str, float]
     ok: bool
+    predicted_s: float | None = None  # what the run predicted at its start (None: logged before predictions)
 
 
 @dataclass
@@ -400,7 +401,8 @@ def _no_runs(log: Path) -> str:
 
 def _run_row(run: RunRecord) -> RunRow:
     return RunRow(started_at=run.started_at, kernels=", ".join(run.kernels), device=run.device,
-                  wall_s=float(run.wall_s), split=time_split(run), ok=bool(run.ok))
+                  wall_s=float(run.wall_s), split=time_split(run), ok=bool(run.ok),
+                  predicted_s=float(run.predicted_s) if isinstance(run.predicted_s, (int, float)) else None)
 
 
 # -- rendering ------------------------------------------------------------------------------

@@ -287,3 +287,17 @@ def test_dask_options_are_checked_with_one_line(project):
                           (["--scheduler", "tcp://127.0.0.1:1"], "--scheduler is only used with --executor dask")):
         proc = tune(project, *args, check=False)
         assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_dry_run_on_the_cluster_plans_its_devices_and_writes_nothing(tmp_path):
+    fresh = make_project(tmp_path / "fresh", MANIFEST)
+    with cluster(tmp_path, 2) as dask:
+        proc = doit(fresh, "tune", "--dry-run", "--bench-backend", "interpreter", "--executor", "dask",
+                    "--scheduler", str(dask.scheduler_file), "-n", "2")
+        assert dask.batches_started() == []
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("dry run of tuning.yaml on 2 x interpreter: nothing is compiled")
+    assert f"  bench    {len(SHAPES)} of {len(SHAPES)} tasks on interpreter, {3 * len(SHAPES)} measurements" in proc.stdout
+    assert "2 x interpreter, beyond the compile part" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("predicted ")
+    assert not (fresh / ".aot_tune").exists()

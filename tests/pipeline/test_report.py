@@ -317,3 +317,17 @@ def test_declared_devices_without_a_table_are_in_the_coverage_table(synthetic, t
     assert "| rmsnorm | h200 (declared, no table) | 0 | 0 | 1 |" in markdown
     assert "| rmsnorm | none |" not in markdown
     assert "h100-sxm <span class=\"muted\">(declared, no table)</span>" in html
+
+
+def test_each_logged_run_shows_what_it_predicted_against_its_wall_time(synthetic, tmp_path):
+    append_run(synthetic / ".aot_tune", RunRecord(
+        started_at="2026-11-25T21:00:00+00:00", wall_s=30.0, ok=True, device="h200", backend="cuda",
+        kernels=["gemm"], stages={"compile": [2.0, 12.0], "bench": [3.0, 28.0]}, predicted_s=24.5,
+        predicted={"start-up": 2.0, "compile": 10.0, "bench": 12.0, "rest": 0.5}))
+    paths = write_report(load_manifest(synthetic / "tuning.yaml"), tmp_path / "out")
+    markdown, html = paths.markdown.read_text(), paths.html.read_text()
+    structure(html)
+    assert "| wall | predicted | specialize |" in markdown
+    assert "| 2026-11-22T01:00:00+00:00 | gemm | h200 | 10.0 s | — |" in markdown  # logged before predictions
+    assert "| 2026-11-25T21:00:00+00:00 | gemm | h200 | 30.0 s | 24.5 s |" in markdown
+    assert "<td>30.0 s</td><td>24.5 s</td>" in html

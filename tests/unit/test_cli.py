@@ -36,7 +36,7 @@ def run(cwd, code: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["tune", "--dry-run"], "ERROR: aot_tune tune: unknown option --dry-run; see aot_tune tune --help"),
+    (["tune", "--dry-runs"], "ERROR: aot_tune tune: unknown option --dry-runs; see aot_tune tune --help"),
     (["tune", "--manifest"], "ERROR: aot_tune tune: option --manifest needs a value; see aot_tune tune --help"),
     (["tune", "-n", "many"], "ERROR: aot_tune tune: bad value for --process/-n: invalid literal for int() with "
                              "base 10: 'many'; see aot_tune tune --help"),

@@ -89,3 +89,24 @@ def test_long_durations(clock) -> None:
     p.advance()
     assert lines(stream) == ["[bench] 1/2 done, 2h05m elapsed, about 2h05m left"]
 
+
+
+def test_with_a_prediction_the_estimate_is_the_predicted_seconds_left(clock) -> None:
+    """A bench stage whose first task waited a minute for compiles, then took its predicted 1 s:
+    elapsed / done would say 3 minutes are left; the tasks left are predicted at 4 s on 2 devices."""
+    stream = io.StringIO()
+    p = Progress("bench", 4, stream=stream, expected={"a": 1.0, "b": 1.0, "c": 2.0, "d": 1.0}, lanes=2)
+    clock.now += 61.0
+    p.advance(task="a", seconds=1.0)
+    assert lines(stream) == ["[bench] 1/4 done, 1m01s elapsed, about 2.0s left"]  # max(4 s / 2, the longest 2 s)
+    clock.now += 2.0
+    p.advance(task="b", seconds=2.0)  # the finished tasks took 1.5x their prediction: so will the others
+    assert lines(stream)[-1] == "[bench] 2/4 done, 1m03s elapsed, about 3.0s left"
+
+
+def test_without_a_prediction_for_the_tasks_left_the_estimate_is_elapsed_per_task(clock) -> None:
+    stream = io.StringIO()
+    p = Progress("compile", 3, stream=stream, expected={"a": 1.0}, lanes=2)
+    clock.now += 10.0
+    p.advance(task="a", seconds=0.5)
+    assert lines(stream) == ["[compile] 1/3 done, 10.0s elapsed, about 20.0s left"]

@@ -6,7 +6,8 @@ import re
 from collections import Counter
 from types import SimpleNamespace
 
-from aot_tune.pipeline.summary import _bench_timing, end_to_end
+from aot_tune.pipeline.forecast import Calibration, Forecast
+from aot_tune.pipeline.summary import _bench_timing, end_to_end, run_record
 
 
 def session(**seconds) -> SimpleNamespace:
@@ -45,3 +46,27 @@ def test_end_to_end_names_the_floor_and_the_ratio():
 def test_end_to_end_floor_is_the_slowest_compile_when_it_dominates():
     line = end_to_end(session(**{"compiling": 20.0, "slowest valid compile": 12.5, "measured": 2.0}), 25.0)
     assert "floor 12.5s" in line and line.endswith("2.0x the floor")
+
+
+def predicted() -> Forecast:
+    return Forecast(Calibration("cuda"), [], 16, {"h100-sxm": 1}, startup_s=10.0, compile_s=9.0, bench_s=20.0,
+                    rest_s=1.0)
+
+
+def test_end_to_end_ends_with_what_the_run_predicted():
+    line = end_to_end(session(**{"compiling": 149.4, "slowest valid compile": 3.0, "measured": 7.0}), 40.8, predicted())
+    assert line.startswith("end to end: 40.8s wall, floor 9.3s (")
+    assert line.endswith(": 4.4x the floor; predicted 40.0 s (start-up 10.0, compile 9.0, bench 20.0, rest 1.0)")
+
+
+def test_the_run_log_keeps_the_prediction_beside_the_wall_time():
+    ran = session(**{"device held": 25.0})
+    ran.plan = SimpleNamespace(device=SimpleNamespace(key="h100-sxm", backend="cuda", count=1), kernels=[])
+    ran.compile_status, ran.bench_status, ran.baseline_status = Counter(), Counter(ok=3), Counter()
+    ran.forecast = predicted()
+    record = run_record(ran, 1000.0, 1040.8, ok=True)
+    assert record.wall_s == 40.8 and record.predicted_s == 40.0 and record.batches == 7
+    assert record.predicted == {"start-up": 10.0, "compile": 9.0, "bench": 20.0, "rest": 1.0}
+    assert record.worker_seconds["device start-up"] == 0.5  # the device pool's, from asked to up
+    ran.forecast = None  # a run that predicted nothing
+    assert run_record(ran, 1000.0, 1040.8, ok=True).predicted_s is None

@@ -1,0 +1,465 @@
+"""The cost model: how long a ``doit tune`` will take, read off its plan and what earlier runs
+left in this tree, before anything runs (``doit tune --dry-run`` prints it; a real run records
+it beside its wall time and its progress lines take their estimate of what is left from it).
+
+A run is four parts, added up:
+
+* **start-up**: the compile workers' start-up (the fork server's torch and triton imports) when
+  anything is compiled or a launch's specialization captured (0.5 ms a launch); else the
+  device workers' start-up.
+* **compile**: each stale compile's seconds, list-scheduled longest first over the ``-n``
+  workers (as the compile stage runs them). A compile expects its recorded seconds from an
+  earlier run (any fingerprint: an edit changes a compile's time far less than its config does),
+  else its ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else the
+  typical compile (``build.compile.expected_compile_seconds``, which the compile stage orders
+  by too); the compile deadline (``build.deadline``) caps a straggler. A launch whose
+  specialization is not captured yet is assumed to specialize as a captured launch of the same
+  class (its dtype, and which ints are 1 or divisible by 16: what Triton specializes on) does,
+  so it shares that compile; else each class is one compile per config and target.
+* **bench**: per measurement, on a GPU, the timed launches (``rep_ms`` x the share a budgeted
+  search gives it, x 1.1: the engine fills a bit over ``rep_ms``) plus the engine's overhead
+  (check, warm-up, probe, graph capture, kernel load); on the interpreter, that config's
+  ``seconds`` in the shape's earlier record. Plus an overhead per batch sent to the device worker;
+  a config that failed to compile every time before costs no measurement.
+  A bench task's seconds are spread over its model's devices (longest first). Benches stream
+  behind the compiles, so the bench part is what the benches add after the compile part: they
+  start once the first compile landed and the device workers are up, and end no sooner than the
+  last compile plus one measurement per bench (budgeted searches wait for all their compiles).
+* **rest**: planning, merge and generate.
+
+The overheads and start-ups are calibrated from the last runs on the same backend in
+``.aot_tune/runs.json`` (medians; ``calibrate``), else the documented defaults below. Compiles
+failing for the first time, faults and hangs, several waves per bench and the surrogate's fits
+are not modelled.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aot_tune.build.compile import (CompileRecord, compile_time_estimate, expected_compile_seconds,
+                                    read_compile_result, recorded_compile_seconds)
+from aot_tune.build.deadline import CompileDeadline
+from aot_tune.build.specialize import launch_key
+from aot_tune.cache import record_full_shape
+from aot_tune.manifest import BenchSettings, SearchSettings
+from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
+from aot_tune.pipeline.runlog import RunRecord, time_split
+from aot_tune.pipeline.staleness import Staleness
+from aot_tune.search.strategies import BATCH, FINALISTS, INITIAL_DESIGN, SCREEN_SHARE
+
+#: Defaults where no earlier run calibrates them (``calibrate``), by backend. Start-up: the fork
+#: server's imports took about 3 s on a 2-core CPU and 9-14 s on the H100 host; device workers
+#: start in 0.3 s forked on a GPU host, about 2 s spawned for the interpreter.
+DEFAULT_STARTUP_S = {"cuda": 10.0, "interpreter": 4.0}
+DEFAULT_DEVICE_STARTUP_S = {"cuda": 1.0, "interpreter": 2.0}
+#: A compile of a kernel with nothing recorded: 0.1-0.6 s for this repository's small kernels on a
+#: 2-core CPU, a median 0.64 s for the GEMM on the H100 host.
+DEFAULT_COMPILE_S = 0.5
+#: A measurement beyond its timed launches: on a GPU, the check, probe, capture and load on top
+#: of ``warmup_ms`` (about 5 ms on the H100 host); on the interpreter, the whole measurement.
+DEFAULT_ENGINE_S = {"cuda": 0.004, "interpreter": 0.1}
+#: A batch's input sets and the bench task's own work around it.
+DEFAULT_BATCH_S = {"cuda": 0.03, "interpreter": 0.1}
+#: Planning, merge and generate: 0.1-0.6 s for this repository's kernels.
+DEFAULT_REST_S = 0.5
+#: Timed launches fill a bit over ``rep_ms`` (22.1 ms at 20 on the H100 host).
+TIMED_STRETCH = 1.1
+CAPTURE_S = 0.0005
+#: Earlier runs a calibration takes the median of.
+CALIBRATION_RUNS = 5
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The model's overheads from earlier runs on one backend; None where no run told."""
+
+    backend: str
+    runs: int = 0
+    startup_s: float | None = None
+    device_startup_s: float | None = None
+    compile_s: float | None = None
+    engine_s: float | None = None
+    batch_s: float | None = None
+    rest_s: float | None = None
+
+    def startup(self) -> float:
+        return _known(self.startup_s, DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
+
+    def device_startup(self) -> float:
+        return _known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
+
+    def engine(self, settings: BenchSettings) -> float:
+        if self.engine_s is not None:
+            return self.engine_s
+        if self.backend == "cuda":
+            return settings.warmup_ms / 1e3 + DEFAULT_ENGINE_S["cuda"]
+        return DEFAULT_ENGINE_S.get(self.backend, DEFAULT_ENGINE_S["interpreter"])
+
+    def batch(self) -> float:
+        return _known(self.batch_s, DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
+
+
+def calibrate(runs: Sequence[RunRecord], backend: str) -> Calibration:
+    """The medians of what the last ``CALIBRATION_RUNS`` successful logged runs on ``backend``
+    observed (``observed``)."""
+    told = [seen for seen in map(observed, [r for r in runs if r.backend == backend and r.ok]) if seen]
+    told = told[-CALIBRATION_RUNS:]
+    return Calibration(backend, len(told), **{name: _median([seen[name] for seen in told if name in seen])
+                                              for name in CALIBRATED})
+
+
+#: What a logged run tells the model (``Calibration``'s fields).
+CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "engine_s", "batch_s", "rest_s")
+
+
+def observed(run: RunRecord) -> dict[str, float]:
+    """What one logged run tells of ``CALIBRATED``: the workers' start-up (``specialize
+    start-up``), the device workers' start-up, seconds per compile, a measurement's device
+    seconds beyond its timed launches, a batch's own seconds (the device held outside the
+    worker's batches, and their input sets), and the time no stage covers (``time_split``'s
+    other). Nothing from an entry that is not a run this version logs."""
+    try:
+        seconds = {name: float(value) for name, value in run.worker_seconds.items()}
+        found = {"startup_s": seconds.get("specialize start-up", 0.0),
+                 "device_startup_s": seconds.get("device start-up", 0.0),
+                 "rest_s": float(time_split(run)["other"])}
+        compiled = sum(int(n) for n in run.compile.values())
+        if compiled and seconds.get("compiling"):
+            found["compile_s"] = seconds["compiling"] / compiled
+        measured = sum(int(n) for k, n in run.bench.items() if k != "invalid") + \
+            sum(int(n) for n in run.baselines.values())
+        batches, inputs = seconds.get("device batches", 0.0), seconds.get("device inputs", 0.0)
+        if measured and batches:
+            timed = seconds.get("measured", 0.0) + seconds.get("measured baselines", 0.0)
+            found["engine_s"] = max(0.0, batches - inputs - timed) / measured
+            if run.batches:
+                found["batch_s"] = max(0.0, seconds.get("device held", 0.0) - batches + inputs) / int(run.batches)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return {}
+    return {name: value for name, value in found.items() if value > 0 or name == "rest_s"}
+
+
+@dataclass
+class DeviceWork:
+    """The bench tasks of one kernel on one device model."""
+
+    device: str
+    stale: int = 0
+    total: int = 0
+    measurements: int = 0
+    configs: list[int] = field(default_factory=list)  # configs measured (or probed) per stale task
+    device_s: float = 0.0
+    search: str = ""  # a budgeted search's strategy and budget; "" when exhaustive
+
+
+@dataclass
+class KernelWork:
+    """What a run does for one kernel: its compiles, captures and bench tasks."""
+
+    kernel: str
+    targets: tuple[str, ...]
+    compiles_stale: int = 0
+    compiles_total: int = 0
+    estimated: int = 0  # compiles of launches whose specialization is not captured yet, guessed
+    to_capture: int = 0
+    devices: dict[str, DeviceWork] = field(default_factory=dict)
+
+
+@dataclass
+class Forecast:
+    """The predicted wall time of a run in parts, and the seconds of each stale task."""
+
+    calibration: Calibration
+    kernels: list[KernelWork]
+    compile_jobs: int
+    device_counts: dict[str, int]
+    startup_s: float = 0.0
+    compile_s: float = 0.0
+    bench_s: float = 0.0
+    rest_s: float = 0.0
+    compiles: list[float] = field(default_factory=list)  # each stale compile's predicted seconds
+    #: (kernel, target, config id) -> a stale compile's predicted seconds (any specialization)
+    compile_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    #: bench task name -> its predicted device seconds
+    bench_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def predicted_s(self) -> float:
+        return self.startup_s + self.compile_s + self.bench_s + self.rest_s
+
+    def parts(self) -> dict[str, float]:
+        return {"start-up": round(self.startup_s, 3), "compile": round(self.compile_s, 3),
+                "bench": round(self.bench_s, 3), "rest": round(self.rest_s, 3)}
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to compile, capture or measure: the run has nothing to do."""
+        return not (self.compiles or self.bench_seconds or any(k.to_capture for k in self.kernels))
+
+    def task_seconds(self, unit: CompileUnit | BenchUnit) -> float | None:
+        """A stale task's predicted seconds (a compile's, or a bench's device seconds)."""
+        if isinstance(unit, CompileUnit):
+            return self.compile_seconds.get((unit.kernel, unit.target, unit.config.id))
+        return self.bench_seconds.get(unit.name)
+
+
+def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence[RunRecord] = (),
+             deadline: CompileDeadline = CompileDeadline()) -> Forecast:
+    """Predict the run of ``plan`` on ``compile_jobs`` compile workers, calibrated by ``runs``
+    (reads the caches and earlier outputs; runs and writes nothing)."""
+    calibration = calibrate(runs, plan.device.backend)
+    result = Forecast(calibration, [], max(1, compile_jobs), {d.key: max(1, d.count) for d in plan.devices})
+    exhaustive: dict[str, list[tuple[float, int]]] = {}  # device -> (seconds, measurements) per stale bench
+    budgeted: dict[str, list[float]] = {}
+    for kp in plan.kernels:
+        history = CompileHistory(plan.work_dir / "compile" / kp.spec.name)
+        work = KernelWork(kp.spec.name, kp.targets)
+        result.kernels.append(work)
+        earlier = _earlier_seconds(staleness, kp) if calibration.backend != "cuda" else {}
+        for (target, config_id), seconds in _compile_seconds(kp, staleness, history, work, calibration, deadline):
+            result.compiles.append(seconds)
+            key = (kp.spec.name, target, config_id)
+            result.compile_seconds[key] = max(seconds, result.compile_seconds.get(key, 0.0))
+        for unit in kp.bench_units:
+            device_work = work.devices.setdefault(unit.device, DeviceWork(unit.device))
+            device_work.total += 1
+            if staleness.bench_done(kp, unit):
+                continue
+            targets = kp.bench_targets(plan.device_of(unit))
+            device_s, measured, configs = _bench_cost(kp, unit, staleness, history, calibration, targets,
+                                                      earlier.get((unit.device, unit.dtype, tuple(unit.shape)), {}))
+            device_work.stale += 1
+            device_work.measurements += measured
+            device_work.configs.append(configs)
+            device_work.device_s += device_s
+            device_work.search = "" if unit.search.exhaustive else unit.search.describe()
+            result.bench_seconds[unit.name] = device_s
+            if unit.search.exhaustive:
+                exhaustive.setdefault(unit.device, []).append((device_s, measured))
+            else:
+                budgeted.setdefault(unit.device, []).append(device_s)
+    _assemble(result, exhaustive, budgeted)
+    return result
+
+
+def may_have_work(plan: Plan, staleness: Staleness) -> bool:
+    """Whether a run may do anything, asked before ``forecast`` so that a no-op run predicts
+    nothing at the cost of nothing: only a bench that is not done, or a launch compiled but not
+    measured, needs a compile or a capture (the staleness the bench stage asks anyway)."""
+    return any(kp.compile_only for kp in plan.kernels) or \
+        any(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)
+
+
+def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
+              budgeted: dict[str, list[float]]) -> None:
+    """The four parts from the tasks' seconds (see the module doc)."""
+    calibration = result.calibration
+    capture = sum(k.to_capture for k in result.kernels)
+    compile_wall, first_landing = list_schedule(result.compiles, result.compile_jobs)
+    if result.compiles or capture:
+        result.startup_s = calibration.startup() + capture * CAPTURE_S
+        # device workers start with the first compile (after a capture), else with the run
+        device_wait = calibration.device_startup() if capture else \
+            max(0.0, calibration.device_startup() - calibration.startup())
+    elif result.bench_seconds:
+        result.startup_s, device_wait = calibration.device_startup(), 0.0
+    else:
+        return
+    bench_end = 0.0
+    for device, count in result.device_counts.items():
+        tasks, searches = exhaustive.get(device, []), budgeted.get(device, [])
+        if not tasks and not searches:
+            continue
+        wall, _ = list_schedule([s for s, _ in tasks] + searches, count)
+        measurements = sum(m for _, m in tasks)
+        per_measurement = sum(s for s, _ in tasks) / measurements if measurements else 0.0
+        tail = min(math.ceil(len(tasks) / count) * per_measurement, wall) if result.compiles else 0.0
+        bench_end = max(bench_end, max(first_landing, device_wait) + wall,
+                        compile_wall + sum(searches) / count + tail)
+    result.compile_s = compile_wall
+    result.bench_s = max(0.0, bench_end - compile_wall)
+    result.rest_s = _known(calibration.rest_s, DEFAULT_REST_S)
+
+
+def list_schedule(seconds: Sequence[float], lanes: int) -> tuple[float, float]:
+    """Tasks run longest first, each on the lane free first: when the last ends, and the first."""
+    if not seconds:
+        return 0.0, 0.0
+    free = [0.0] * max(1, lanes)
+    first = math.inf
+    for task in sorted(seconds, reverse=True):
+        end = heapq.heappop(free) + task
+        first = min(first, end)
+        heapq.heappush(free, end)
+    return max(free), first
+
+
+def specialization_class(key: str) -> str:
+    """A launch key (``float16:256x4096x100``) as what Triton specializes its ints on:
+    ``float16:16x16x_`` (1 stays 1, a multiple of 16 is 16, another int ``_``)."""
+    dtype, _, shape = key.partition(":")
+    parts = []
+    for value in shape.split("x"):
+        try:
+            number = int(value)
+        except ValueError:
+            parts.append(value)
+            continue
+        parts.append("1" if number == 1 else "16" if number % 16 == 0 else "_")
+    return f"{dtype}:{'x'.join(parts)}"
+
+
+def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: "CompileHistory", work: KernelWork,
+                     calibration: Calibration, deadline: CompileDeadline) -> list[tuple[tuple[str, str], float]]:
+    """Each stale compile's (target, config id) and predicted seconds; counts them in ``work``.
+    The compile units the plan knows are stale as the compile stage decides it; a launch not
+    captured yet joins the unit of a captured launch of its class (``specialization_class``),
+    else a guessed unit per (target, class, config), stale when a bench needs the launch."""
+    known = {(u.target, u.specialization, u.config.id): u for u in kp.compile_units}
+    stale = {key: (u.config, recorded_compile_seconds(u.output)) for key, u in known.items()
+             if staleness.compile_needed(kp, u)}
+    needed = set(staleness.launches_to_specialize(kp))
+    classes: dict[tuple[str, str], dict[str, str]] = {}  # (target, class) -> config id -> specialization
+    for target, launches in (kp.specializations.by_target.items() if kp.specializations else ()):
+        for key, specs in launches.items():
+            classes.setdefault((target, specialization_class(key)), {}).update(specs)
+    guessed = set()
+    for launch in kp.unspecialized:
+        target, shape, dtype, config = launch
+        kind = specialization_class(launch_key(shape, dtype))
+        key = (target, classes.get((target, kind), {}).get(config.id, ""), config.id)
+        if key not in known:
+            key = (target, f"~{kind}", config.id)
+            guessed.add(key)
+        if launch in needed and key not in stale and (
+                key in guessed or read_compile_result(known[key].output, known[key].fingerprint) is None):
+            recorded = history.seconds(target, config.id) if key in guessed else \
+                recorded_compile_seconds(known[key].output)
+            stale[key] = (config, recorded)
+    work.compiles_total, work.estimated, work.to_capture = len(known) + len(guessed), len(guessed), len(needed)
+    work.compiles_stale = len(stale)
+    keys = list(stale)
+    seconds = expected_compile_seconds(
+        [compile_time_estimate(stale[k][0].as_dict(), kp.spec.compile_cost) for k in keys],
+        [stale[k][1] for k in keys], _known(calibration.compile_s, DEFAULT_COMPILE_S))
+    caps = {target: deadline.seconds([s for k, s in zip(keys, seconds) if k[0] == target])
+            for target in {k[0] for k in keys}}
+    return [((k[0], k[2]), min(s, caps[k[0]])) for k, s in zip(keys, seconds)]
+
+
+class CompileHistory:
+    """The compile outputs one kernel's earlier runs left (any fingerprint, any specialization),
+    read on first use: what a (target, config) took and whether it compiled."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._paths: dict[str, dict[str, list[Path]]] = {}  # target -> config id -> outputs
+        self._records: dict[Path, CompileRecord | None] = {}
+
+    def records(self, target: str, config_id: str) -> list[CompileRecord]:
+        if target not in self._paths:
+            found: dict[str, list[Path]] = {}
+            for spec in _folders(self.folder / target):
+                for entry in os.scandir(spec):
+                    if entry.name.endswith(".json"):
+                        found.setdefault(entry.name[:-5], []).append(Path(entry.path))
+            self._paths[target] = found
+        for path in self._paths[target].get(config_id, ()):
+            if path not in self._records:
+                self._records[path] = CompileRecord.read(path)
+        return [r for r in (self._records[p] for p in self._paths[target].get(config_id, ())) if r is not None]
+
+    def seconds(self, target: str, config_id: str) -> float | None:
+        """The median seconds this config's compiles for ``target`` took, or None if never compiled."""
+        return _median([float(r.result.seconds) for r in self.records(target, config_id)])
+
+    def invalid(self, targets: Iterable[str], config_id: str) -> bool:
+        """Whether the config failed to compile for the targets a bench needs, every time it was compiled."""
+        results = [r.result for t in targets for r in self.records(t, config_id)]
+        return bool(results) and not any(r.valid for r in results)
+
+
+def _folders(path: Path) -> list[str]:
+    try:
+        return [entry.path for entry in os.scandir(path) if entry.is_dir()]
+    except OSError:
+        return []
+
+
+def search_plan(search: SearchSettings, candidates: int) -> tuple[list[tuple[int, float]], int]:
+    """What a search of ``candidates`` configs measures, as (measurements, share of rep_ms) groups,
+    and how many batches it sends (aot_tune.search.strategies); a seconds budget is applied later."""
+    if search.exhaustive:
+        return [(candidates, 1.0)], int(candidates > 0)
+    count = min(candidates, search.budget_configs if search.budget_configs is not None else candidates)
+    if count == 0:
+        return [], 0
+    if search.strategy == "successive_halving":
+        groups, alive = [], count
+        for rung in range(search.rungs):
+            groups.append((alive, float(search.eta) ** -(search.rungs - 1 - rung)))
+            alive = max(1, math.ceil(alive / search.eta))
+        return groups, sum(n for n, _ in groups)  # one batch a probe
+    if search.strategy == "surrogate":  # the design, the model's rounds, the finalists: a batch each
+        rounds = math.ceil(max(0, count - INITIAL_DESIGN) / BATCH)
+        return [(count, SCREEN_SHARE), (min(FINALISTS, count), 1.0)], 2 + rounds
+    return [(count, 1.0)], count  # random: one batch a probe
+
+
+def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: CompileHistory,
+                calibration: Calibration, targets: tuple[str, ...], earlier: dict[str, float]
+                ) -> tuple[float, int, int]:
+    """A stale bench task's device seconds, measurements and configs measured. ``earlier``: each
+    config's seconds in the shape's earlier record (the interpreter's measurement time)."""
+    settings = kp.spec.bench
+    candidates = [c for c in staleness.configs_to_measure(kp, unit) if not history.invalid(targets, c.id)]
+    engine = calibration.engine(settings)
+    typical = _known(_median(list(earlier.values())), engine)
+
+    def cost(share: float) -> float:
+        if calibration.backend == "cuda":
+            return settings.rep_ms * share * TIMED_STRETCH / 1e3 + engine
+        return typical
+
+    groups, batches = search_plan(unit.search, len(candidates))
+    if unit.search.exhaustive and calibration.backend != "cuda":
+        seconds = sum(earlier.get(c.id, typical) for c in candidates)
+    else:
+        seconds = sum(n * cost(share) for n, share in groups)
+    measurements = sum(n for n, _ in groups)
+    configs = groups[0][0] if groups else 0
+    budget = unit.search.budget_seconds
+    if budget is not None and seconds > budget:  # the search stops once its seconds are spent
+        measurements = max(1, round(measurements * budget / seconds))
+        configs = min(configs, measurements)
+        batches = max(1, round(batches * budget / seconds))
+        seconds = budget + cost(1.0)
+    if staleness.baselines_to_measure(kp, unit):
+        default = unit.default_config
+        extra = bool(unit.vendor) + (default is not None and default not in unit.configs)
+        seconds += extra * cost(1.0)
+        measurements += extra
+        # with the configs' last batch when exhaustive (alone where no config is left), else a batch of their own
+        batches += int(extra > 0 and (not unit.search.exhaustive or batches == 0))
+    return seconds + batches * calibration.batch(), measurements, configs
+
+
+def _earlier_seconds(staleness: Staleness, kp: KernelPlan) -> dict[tuple[str, str, tuple], dict[str, float]]:
+    """Per (device, dtype, shape) of the kernel's cache, each config's measurement seconds."""
+    return {(r.device.key, r.dtype, tuple(record_full_shape(r))): {m.config.id: m.seconds for m in r.measurements
+                                                                    if m.seconds > 0}
+            for r in staleness.cache(kp).records}
+
+
+def _known(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None

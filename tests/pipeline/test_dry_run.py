@@ -1,0 +1,108 @@
+"""``doit tune --dry-run`` in a fresh project: the plan and the predicted time, with nothing
+written, no torch import and no worker process; then the real run records the same prediction
+beside its wall time and prints it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tunerun import doit, make_project, subprocess_env, tune, vector_add_manifest
+
+MANIFEST = vector_add_manifest("""\
+    space: {BLOCK_SIZE: [128, 256], num_warps: [4]}
+    shapes: [{n: 4096}]
+    interpreter_shapes: [{n: 300}, {n: 500}]
+    dtypes: [float32]
+""")
+PARTS = ("start-up", "compile", "bench", "rest")
+
+#: aot_tune's own command line in-process, then what the process imported and started.
+IN_PROCESS = """\
+import multiprocessing, sys
+from aot_tune.commands.cli import main
+code = main(sys.argv[1:])
+print("imported:", sorted({"torch", "triton"} & set(sys.modules)), "children:", len(multiprocessing.active_children()))
+raise SystemExit(code)
+"""
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every file and folder under ``root`` with a digest of its bytes."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+            for p in sorted(root.rglob("*"))}
+
+
+def dry_run(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return doit(project, "tune", "--dry-run", "--bench-backend", "interpreter", "-n", "2", *args)
+
+
+def predicted_seconds(stdout: str) -> float:
+    last = stdout.splitlines()[-1]
+    match = re.match(r"predicted (\d+\.\d) s", last)
+    assert match, last
+    return float(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return make_project(tmp_path_factory.mktemp("dry-run"), MANIFEST)
+
+
+def test_the_dry_run_prints_the_plan_and_changes_nothing(project):
+    before = tree_digest(project)
+    proc = dry_run(project)
+    assert proc.returncode == 0, proc.stderr
+    assert tree_digest(project) == before and not (project / ".aot_tune").exists()
+    lines = proc.stdout.splitlines()
+    # 2 configs x 1 target; n=300 and n=500 specialize alike, so one compile per config
+    assert "  compile  2 of about 2 stale (sm90); 2 guessed: launches not captured yet" in lines
+    assert "  capture  4 launches' specializations (estimated here)" in lines
+    assert "  bench    2 of 2 tasks on interpreter, 4 measurements (2 configs x 2 shapes)" in lines
+    parts = {m.group(1): float(m.group(2)) for m in (re.match(r"(\S+) +(\d+\.\d) s  ", line) for line in lines) if m}
+    assert list(parts) == list(PARTS) and all(parts[p] > 0 for p in PARTS), lines
+    assert predicted_seconds(proc.stdout) == pytest.approx(sum(parts.values()), abs=0.25)
+    assert "uncalibrated" in lines[-1]
+
+
+def test_aot_tune_dry_runs_without_torch_or_workers(project):
+    proc = subprocess.run([sys.executable, "-c", IN_PROCESS, "tune", "--dry-run", "--bench-backend", "interpreter"],
+                          cwd=project, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "imported: [] children: 0"
+    assert re.match(r"predicted \d+\.\d s", proc.stdout.splitlines()[-2])
+    assert not (project / ".aot_tune").exists()
+
+
+def test_a_dry_run_of_a_bad_manifest_or_kernel_is_one_line(project, tmp_path):
+    (tmp_path / "bad.yaml").write_text("version: 1\nkernels:\n  gemm: 3\n")
+    for args in (("--manifest", str(tmp_path / "bad.yaml")), ("nosuchkernel",)):
+        proc = dry_run(project, *args)
+        assert proc.returncode != 0 and proc.stdout == "", proc.stdout
+        (line,) = proc.stderr.splitlines()
+        assert line.startswith("ERROR: ") and ("bad.yaml" in line or "nosuchkernel" in line), line
+    assert not (project / ".aot_tune").exists() and not (tmp_path / ".aot_tune").exists()
+
+
+def test_the_real_run_records_the_prediction_the_dry_run_printed(project):
+    predicted = predicted_seconds(dry_run(project).stdout)
+    proc = tune(project, "-n", "2")
+    (run,) = json.loads((project / ".aot_tune" / "runs.json").read_text())
+    assert round(run["predicted_s"], 1) == predicted
+    assert set(run["predicted"]) == set(PARTS) and run["predicted_s"] == pytest.approx(sum(run["predicted"].values()))
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("end to end: ")]
+    assert f"; predicted {predicted:.1f} s (start-up " in line
+
+    idle = dry_run(project)  # nothing stale now
+    assert idle.returncode == 0 and idle.stdout.splitlines()[-2:] == [
+        "nothing to do: every compile and bench is up to date", "predicted 0.0 s"]
+    manifest = project / "tuning.yaml"
+    manifest.write_text(manifest.read_text().replace("{n: 500}]", "{n: 500}, {n: 704}]"))
+    grown = dry_run(project)  # a new specialization class: its compiles, its bench, from the run's calibration
+    assert "  bench    1 of 3 tasks on interpreter, 2 measurements (2 configs x 1 shape)" in grown.stdout
+    assert "  compile  2 of about 4 stale (sm90); 2 guessed: launches not captured yet" in grown.stdout
+    assert grown.stdout.splitlines()[-1].endswith("(calibrated from 1 earlier run on interpreter in .aot_tune/runs.json)")

@@ -1,0 +1,216 @@
+"""The cost model (aot_tune.pipeline.forecast): a plan whose compiles and bench settings are known
+gives the prediction the model's rules add up to; earlier runs calibrate it; the progress
+lines' estimate of what is left comes from it. Real plans of scratch projects, nothing run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tunerun import make_project, vector_add_manifest
+
+from aot_tune import cache as cache_io
+from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
+from aot_tune.build.compile import CompileRecord, CompileResult
+from aot_tune.build.specialize import SpecializeResult, launch_key
+from aot_tune.manifest import SearchSettings, load_manifest
+from aot_tune.pipeline import forecast as model
+from aot_tune.pipeline.plan import build_plan
+from aot_tune.pipeline.runlog import RunRecord
+from aot_tune.pipeline.staleness import Staleness
+from aot_tune.tuning_schema import Measurement, TuningRecord
+
+H100 = DeviceModel("cuda", "h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", 1)
+#: Three configs that compiled before (under another fingerprint) in 4, 2 and 1 seconds.
+RECORDED_S = {128: 4.0, 256: 2.0, 512: 1.0}
+MANIFEST = vector_add_manifest("""\
+    space: {BLOCK_SIZE: [128, 256, 512], num_warps: [4]}
+    shapes: [{n: 4096}, {n: 8192}]
+    interpreter_shapes: [{n: 300}, {n: 500}, {n: 704}]
+    dtypes: [float32]
+""")
+
+
+def plan_of(project: Path, device: DeviceModel = H100):
+    manifest = load_manifest(project / "tuning.yaml")
+    plan = build_plan(manifest, device, manifest.kernels)
+    return plan, Staleness(plan)
+
+
+@pytest.fixture
+def compiled_before(tmp_path) -> Path:
+    """Every launch's specialization captured (one for both shapes), and each config's compile
+    output left by an earlier run under an older fingerprint."""
+    project = make_project(tmp_path, MANIFEST)
+    plan, _ = plan_of(project)
+    (kp,) = plan.kernels
+    result = SpecializeResult("sm90")
+    for shape in ((4096,), (8192,)):
+        result.by_launch[launch_key(shape, "float32")] = {c.id: "spec1" for c in kp.spec.space.configs_for({})}
+    kp.specializations.add(result)
+    kp.specializations.write(kp.specializations_path)
+    plan, _ = plan_of(project)
+    for unit in plan.kernels[0].compile_units:
+        seconds = RECORDED_S[unit.config.as_dict()["BLOCK_SIZE"]]
+        compiled = CompileResult("vector_add", unit.config.id, "sm90", seconds=seconds)
+        unit.output.parent.mkdir(parents=True, exist_ok=True)
+        unit.output.write_text(CompileRecord("an older fingerprint", unit.config.as_dict(), "spec1", [], compiled).to_json())
+    return project
+
+
+def test_known_compiles_and_bench_settings_add_up_to_the_prediction(compiled_before):
+    plan, staleness = plan_of(compiled_before)
+    predicted = model.forecast(plan, staleness, compile_jobs=2)
+    (work,) = predicted.kernels
+    assert (work.compiles_stale, work.compiles_total, work.estimated, work.to_capture) == (3, 3, 0, 0)
+    assert sorted(predicted.compiles) == [1.0, 2.0, 4.0]  # the recorded seconds
+    # 2 workers, longest first: 4 s on one, 2 + 1 s on the other; the first lands at 2 s
+    assert model.list_schedule(predicted.compiles, 2) == (4.0, 2.0)
+    # a measurement: rep 1 ms x 1.1 of timed launches + warm-up 1 ms + the engine's overhead
+    measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
+    task = 3 * measurement + model.DEFAULT_BATCH_S["cuda"]
+    assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
+    device = work.devices["h100-sxm"]
+    assert (device.stale, device.total, device.measurements, device.configs) == (2, 2, 6, [3, 3])
+    # the benches (2 x task on one GPU, from 2 s) end before the last compile at 4 s, plus one
+    # measurement per bench of that compile's config
+    tail = 2 * task / 3
+    assert predicted.startup_s == model.DEFAULT_STARTUP_S["cuda"]
+    assert predicted.compile_s == 4.0
+    assert predicted.bench_s == pytest.approx(tail)
+    assert predicted.rest_s == model.DEFAULT_REST_S
+    assert predicted.predicted_s == pytest.approx(model.DEFAULT_STARTUP_S["cuda"] + 4.0 + tail + model.DEFAULT_REST_S)
+
+
+def test_more_workers_and_a_deadline_shorten_the_compile_part(compiled_before):
+    plan, staleness = plan_of(compiled_before)
+    assert model.forecast(plan, staleness, compile_jobs=3).compile_s == 4.0
+    assert model.forecast(plan, staleness, compile_jobs=1).compile_s == 7.0
+    strict = model.CompileDeadline(factor=1.0, min_s=1.5, peers=3)  # caps at max(1.5, 1 x the median 2 s)
+    assert sorted(model.forecast(plan, staleness, 1, deadline=strict).compiles) == [1.0, 2.0, 2.0]
+
+
+def run(backend: str = "cuda", **seconds) -> RunRecord:
+    return RunRecord(started_at="2026-11-25T20:00:00+00:00", wall_s=30.0, ok=True, device="h100-sxm",
+                     backend=backend, kernels=["vector_add"], stages={"compile": [5.0, 12.0], "bench": [6.0, 29.0]},
+                     worker_seconds=seconds, compile={"ok": 10}, bench={"ok": 90, "invalid": 5},
+                     baselines={"vendor ok": 10}, batches=20)
+
+
+def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
+    logged = run(**{"specialize start-up": 3.0, "device start-up": 0.5, "compiling": 8.0, "device held": 12.0,
+                    "device batches": 11.0, "device inputs": 1.0, "measured": 4.0, "measured baselines": 1.0})
+    failed = run(**{"specialize start-up": 99.0})
+    failed.ok = False
+    torn = run(**{"specialize start-up": "soon"})
+    calibration = model.calibrate([run("interpreter", **{"specialize start-up": 99.0}), failed, torn, logged], "cuda")
+    assert calibration.runs == 1 and calibration.startup_s == 3.0 and calibration.device_startup_s == 0.5
+    assert calibration.compile_s == 0.8  # 8 s over 10 compiles
+    assert calibration.engine_s == pytest.approx((11.0 - 1.0 - 5.0) / 100)  # 90 ok + 10 baselines measured
+    assert calibration.batch_s == pytest.approx((12.0 - 11.0 + 1.0) / 20)
+    assert calibration.rest_s == pytest.approx(30.0 - 24.0)  # what no stage covers
+
+    plan, staleness = plan_of(compiled_before)
+    default = model.forecast(plan, staleness, 2)
+    calibrated = model.forecast(plan, staleness, 2, [logged])
+    assert calibrated.startup_s == 3.0 and calibrated.rest_s == pytest.approx(6.0)
+    task = 3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s
+    assert calibrated.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
+    assert calibrated.predicted_s != default.predicted_s
+    assert calibrated.compile_s == default.compile_s  # recorded compile seconds win over the typical one
+
+
+def test_uncaptured_launches_share_a_compile_per_specialization_class(tmp_path):
+    """n=300 and n=500 specialize alike (neither divisible by 16), n=704 does not."""
+    plan, staleness = plan_of(make_project(tmp_path, MANIFEST), INTERPRETER_DEVICE)
+    predicted = model.forecast(plan, staleness, 2)
+    (work,) = predicted.kernels
+    assert (work.compiles_stale, work.compiles_total, work.estimated, work.to_capture) == (6, 6, 6, 9)
+    assert predicted.compiles == [model.DEFAULT_COMPILE_S] * 6  # nothing recorded: the typical compile
+    assert model.specialization_class(launch_key((300, 1, 4096), "float16")) == "float16:_x1x16"
+
+
+def current(project: Path) -> None:
+    """The compile outputs rewritten under today's fingerprints, as a finished run leaves them."""
+    plan, _ = plan_of(project)
+    for unit in plan.kernels[0].compile_units:
+        result = CompileRecord.read(unit.output).result
+        unit.output.write_text(CompileRecord(unit.fingerprint, unit.config.as_dict(), "spec1", [], result).to_json())
+
+
+def test_an_added_shape_compiles_only_for_a_specialization_class_not_compiled_yet(compiled_before):
+    current(compiled_before)
+    manifest = compiled_before / "tuning.yaml"
+    manifest.write_text(manifest.read_text().replace("{n: 8192}]", "{n: 8192}, {n: 2048}]"))  # divisible by 16
+    plan, staleness = plan_of(compiled_before)
+    (work,) = model.forecast(plan, staleness, 2).kernels
+    assert (work.compiles_stale, work.compiles_total, work.to_capture) == (0, 3, 3)
+    manifest.write_text(manifest.read_text().replace("{n: 2048}]", "{n: 2048}, {n: 1000}]"))  # another class
+    plan, staleness = plan_of(compiled_before)
+    (work,) = model.forecast(plan, staleness, 2).kernels
+    assert (work.compiles_stale, work.compiles_total, work.estimated, work.to_capture) == (3, 6, 3, 6)
+
+
+def test_the_interpreter_prices_a_measurement_by_the_shapes_earlier_record(tmp_path):
+    project = make_project(tmp_path, MANIFEST)
+    plan, _ = plan_of(project, INTERPRETER_DEVICE)
+    configs = plan.kernels[0].bench_units[0].configs
+    record = TuningRecord(kernel="vector_add", key_names=["n"], shape=[300], dtype="float32",
+                          fingerprint="an older one")
+    record.device.key, record.device.name, record.device.backend = "interpreter", INTERPRETER_DEVICE.name, "interpreter"
+    record.device.compute_capability = "cpu"
+    record.toolchain.triton, record.toolchain.torch = "3.9.0", "2.13.0"
+    for config, seconds in zip(configs, (0.5, 1.5)):  # the third config was not measured then
+        m = Measurement(status="ok", median_ms=1.0, runs=3, seconds=seconds)
+        cache_io.config_to_proto(config.id, config.as_dict(), m.config)
+        record.measurements.append(m)
+    cache_io.write_cache(cache_io.sorted_cache([record]), project / "generated" / "vector_add.tuning.pb")
+    plan, staleness = plan_of(project, INTERPRETER_DEVICE)
+    predicted = model.forecast(plan, staleness, 2)
+    batch = model.DEFAULT_BATCH_S["interpreter"]
+    assert predicted.bench_seconds["bench:vector_add:interpreter:float32:300"] == pytest.approx(0.5 + 1.5 + 1.0 + batch)
+    assert predicted.bench_seconds["bench:vector_add:interpreter:float32:500"] == pytest.approx(
+        3 * model.DEFAULT_ENGINE_S["interpreter"] + batch)
+
+
+@pytest.mark.parametrize("search, groups, batches", [
+    (SearchSettings(), [(120, 1.0)], 1),
+    (SearchSettings("random", budget_configs=40), [(40, 1.0)], 40),
+    (SearchSettings("successive_halving", budget_configs=27), [(27, 1 / 9), (9, 1 / 3), (3, 1.0)], 39),
+    (SearchSettings("surrogate", budget_configs=40), [(40, 1 / 9), (3, 1.0)], 10),  # design, 8 rounds, finalists
+])
+def test_a_search_measures_what_its_budget_allows(search, groups, batches):
+    measured, sent = model.search_plan(search, 120)
+    assert sent == batches
+    assert [n for n, _ in measured] == [n for n, _ in groups]
+    assert [share for _, share in measured] == pytest.approx([share for _, share in groups])
+
+
+def test_without_stale_compiles_the_start_up_is_the_device_workers(compiled_before):
+    current(compiled_before)
+    plan, staleness = plan_of(compiled_before)
+    predicted = model.forecast(plan, staleness, 2)
+    assert predicted.compiles == [] and predicted.kernels[0].compiles_stale == 0 and not predicted.idle
+    assert predicted.startup_s == model.DEFAULT_DEVICE_STARTUP_S["cuda"] and predicted.compile_s == 0.0
+    assert predicted.bench_s == pytest.approx(sum(predicted.bench_seconds.values()))  # one GPU, one task after another
+
+
+def test_a_no_op_is_told_without_a_forecast(tmp_path):
+    plan, staleness = plan_of(make_project(tmp_path, MANIFEST), INTERPRETER_DEVICE)
+    assert model.may_have_work(plan, staleness)
+    plan.kernels[0].bench_units.clear()  # nothing measured, nothing compiled only
+    assert not model.may_have_work(plan, staleness) and model.forecast(plan, staleness, 2).idle
+
+
+@pytest.mark.parametrize("default, extra", [("{BLOCK_SIZE: 256, num_warps: 4}", 1),   # a config: not timed twice
+                                            ("{BLOCK_SIZE: 1024, num_warps: 4}", 2)])  # outside the space
+def test_the_baselines_ride_with_the_last_batch(compiled_before, default, extra):
+    manifest = compiled_before / "tuning.yaml"
+    manifest.write_text(manifest.read_text().replace(
+        "    dtypes: [float32]\n", f"    dtypes: [float32]\n    default_config: {default}\n"
+                                  "    vendor: kernels.vector_add:vendor\n"))
+    plan, staleness = plan_of(compiled_before)
+    predicted = model.forecast(plan, staleness, 2)
+    measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
+    task = (3 + extra) * measurement + model.DEFAULT_BATCH_S["cuda"]  # still one batch
+    assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
+    assert predicted.kernels[0].devices["h100-sxm"].measurements == 2 * (3 + extra)
