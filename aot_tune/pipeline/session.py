@@ -14,13 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
-from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.cache import record_full_shape
 from aot_tune.build.compile import CompileRequest
-from aot_tune.errors import BenchUnavailable, TuneError
-from aot_tune.workers import forking
+from aot_tune.errors import BenchUnavailable
 from aot_tune.workers.pools import Executors
 from aot_tune.fileio import write_atomic
 from aot_tune.bench.runner import DeviceModel
@@ -32,10 +30,11 @@ from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_c
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
 from aot_tune.pipeline.stragglers import StragglerJudge, Stragglers
+from aot_tune.pipeline import specializing
 from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
-from aot_tune.build.specialize import SpecializeRequest, launch_key, split_request
+from aot_tune.build.specialize import launch_key
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
 if TYPE_CHECKING:
@@ -88,7 +87,7 @@ class TuneSession:
         self._driver_lock = threading.Lock()
         self.forecast: Forecast | None = None  # the run's prediction, made before it started (None: a no-op)
 
-    def _span(self, stage: str, start: float, end: float) -> None:
+    def record_span(self, stage: str, start: float, end: float) -> None:
         with self._spans_lock:
             span = self.spans.setdefault(stage, [start, end])
             span[0], span[1] = min(span[0], start), max(span[1], end)
@@ -102,52 +101,9 @@ class TuneSession:
         lanes = self.executors.compile_jobs if stage == "compile" else sum(d.count for d in self.plan.devices)
         self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes)
 
-    # -- specialize (part of planning) -----------------------------------------------------
+    # -- specialize (part of planning: aot_tune.pipeline.specializing) ------------------------
     def specialize(self) -> None:
-        """Capture the specialization of every launch a stale bench needs and the table lacks, in
-        the compile pool (one request per kernel and target, side by side), store the tables, and
-        re-plan those kernels' compile units. Runs before the tasks are handed to doit."""
-        requests: list[tuple[KernelPlan, SpecializeRequest]] = []
-        for kp in self.plan.kernels:
-            wanted: dict[str, dict[tuple[tuple[int, ...], str], list[Config]]] = {}
-            for target, shape, dtype, config in self.staleness.launches_to_specialize(kp):
-                wanted.setdefault(target, {}).setdefault((shape, dtype), []).append(config)
-            spec = kp.spec
-            for target, launches in wanted.items():
-                requests.append((kp, SpecializeRequest(
-                    kernel=spec.name, root=str(self.plan.manifest.root), kernel_ref=spec.kernel,
-                    launch_ref=spec.launch, inputs_ref=spec.inputs, target=target,
-                    launches=tuple((shape, spec.shape_dict(shape), dtype, tuple((c.id, c.as_dict()) for c in configs))
-                                   for (shape, dtype), configs in launches.items()),
-                    combos=spec.combo_pairs,
-                )))
-        if not requests:
-            return
-        # one kernel's launches spread over the compile workers (a big space has thousands)
-        requests = [(kp, part) for kp, request in requests
-                    for part in split_request(request, -(-self.executors.compile_jobs // len(requests)))]
-        start, began = time.perf_counter(), time.time()
-        self.executors.start_compiles()  # every compile worker, not only the ones these requests take
-        with ThreadPoolExecutor(len(requests)) as threads:
-            results = list(threads.map(lambda item: self.executors.specialize(item[1]), requests))
-        for (kp, _), result in zip(requests, results):
-            kp.specializations.add(result)
-            self.specialized["launches"] += result.launches
-            self.seconds["capture"] += result.seconds
-        for kp in {id(kp): kp for kp, _ in requests}.values():
-            kp.specializations.write(kp.specializations_path)
-            kp.plan_compiles(self.plan.toolchain, self.plan.work_dir)
-            self.specialized["specializations"] += len({u.specialization for u in kp.compile_units})
-        self._span("specialize", began, time.time())
-        # Until the fork server's imports are done no compile could start either: only the rest
-        # of this step is on the run's critical path.
-        startup = max(0.0, (forking.ready_at or began) - began)
-        self.seconds["specialize start-up"] += startup
-        eprint(f"[specialize] {self.specialized['launches']} launches of "
-               f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
-               f"{time.perf_counter() - start:.1f}s, {startup:.1f}s of it the workers' start-up (torch and triton "
-               f"imports, which every compile waits for too); the launches {self.seconds['capture']:.2f}s of "
-               f"worker time, {1e3 * self.seconds['capture'] / max(self.specialized['launches'], 1):.2f} ms each")
+        specializing.capture(self)
 
     def start_workers(self) -> None:
         """Start the workers the stale tasks will need now, before doit runs the first of them:
@@ -203,7 +159,7 @@ class TuneSession:
         self.seconds["compiling"] += result.seconds  # the compiles themselves, without the workers' start-up
         if result.status == "ok":
             self.seconds["slowest valid compile"] = max(self.seconds["slowest valid compile"], result.seconds)
-        self._span("compile", began, time.time())
+        self.record_span("compile", began, time.time())
         self.compile_status[result.status] += 1
         record = CompileRecord(unit.fingerprint, unit.config.as_dict(), unit.specialization,
                                [launch_key(s, d) for s, d in unit.launches], result)
@@ -262,7 +218,7 @@ class TuneSession:
             return StageFailure(f"{unit.name}: {failed}")
         elapsed = time.perf_counter() - start
         self.seconds["bench"] += elapsed
-        self._span("bench", began, time.time())
+        self.record_span("bench", began, time.time())
         self.bench_status.update(m.status for m in fresh)
         self.seconds["measured"] += timed_seconds(fresh)
         self.seconds["measured baselines"] += timed_seconds(baselines.measured.values())
