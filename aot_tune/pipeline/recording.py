@@ -77,8 +77,9 @@ def search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> S
                   candidates=search.candidate_digest(unit.configs), candidate_count=len(unit.configs),
                   configs_measured=result.configs_measured, seconds=round(result.seconds, 3),
                   compute_seconds=round(result.compute_seconds, 3), reused=reused)
-    for shape, config_ids in result.seeded_by:
-        set_record_shape(info.sources.add(config_ids=list(config_ids)), shape)
+    for seed in result.seeded_by:
+        set_record_shape(info.sources.add(config_ids=list(seed.config_ids), device=seed.device, triton=seed.triton),
+                         seed.shape)
     return info
 
 
