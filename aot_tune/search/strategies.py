@@ -18,6 +18,9 @@ of the space within a per-shape budget:
   tight one); once the budget is spent the ``FINALISTS`` fastest are timed in full, and the pick
   is among those. The design, each round and the finalists are each measured as one batch
   (pipelined on the device in the bench stage).
+* ``ranked`` (aot_tune.search.ranked): after an upgrade, the configs that ranked best in the
+  cache's records of another device or toolchain first, until a model of this device's times
+  from theirs says the rest cannot win; the budget is optional.
 
 Budgets. ``{configs: N}`` caps the distinct configs measured (short or full; a config that
 failed to compile costs nothing and does not count, except in ``random``, whose draw is fixed
@@ -53,6 +56,7 @@ from aot_tune.cache import config_to_proto
 from aot_tune.fingerprint import digest
 from aot_tune.manifest import SearchSettings
 from aot_tune.space import Config
+from aot_tune.search.ranked import search_ranked
 from aot_tune.search.surrogate import AdditiveModel, maximin_design, varying_params
 from aot_tune.search.transfer import (  # noqa: F401 (Source, source_from_record, transfer_plan: this module's interface)
     TRANSFER_REACH, Seed, Source, passed, source_from_record, transfer_first, transfer_plan,
@@ -223,6 +227,8 @@ def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: 
         _successive_halving(run, usable, sources, seeded)
     elif settings.strategy == "surrogate":
         _surrogate(run, usable, sources, seeded)
+    elif settings.strategy == "ranked":
+        search_ranked(run, usable, sources, seeded)
     else:
         raise ValueError(f"unknown search strategy {settings.strategy!r}")
     seconds = run.seconds

@@ -2,8 +2,10 @@
 
 A source is a record whose measurements inform the search of one (shape, dtype): a
 neighbouring shape's finished search in the same run (the budgeted strategies' transfer across
-shapes, ``transfer_plan``). Distances are the runtime's log2 key distance, so transfer and the
-runtime's fallback to the nearest key agree.
+shapes, ``transfer_plan``), or, for ``ranked`` (aot_tune.search.ranked), a record of this shape
+or a neighbouring one that the cache holds from another device or another fingerprint.
+Distances are the runtime's log2 key distance, so transfer and the runtime's fallback to the
+nearest key agree.
 """
 from __future__ import annotations
 
