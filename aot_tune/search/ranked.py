@@ -13,7 +13,10 @@ device's, but they rank the configs well. ``ranked`` searches one (shape, dtype)
 2. The first batch: each source's ``FIRST_RANKS`` fastest configs (every source's best, then
    every source's second, ...), ``RANKING_CHECKS`` configs from further down each ranking, the
    neighbouring shapes' winners, and every config no source times (new in the space, or failed
-   there): with no prediction, those are always measured.
+   there): with no prediction, those are always measured. A source that was itself searched
+   (``ranked`` or budgeted) times only what its search measured; the candidates it left
+   unmeasured, when it chose among exactly this search's candidates, were ruled out there and
+   are not measured here (else a second upgrade after a ranked retune would measure them all).
 3. The model, per source: log t_here = slope * log t_there + offset, fitted by least squares on
    the configs measured in both, with the spread of its residuals. A config's optimistic time is
    its predicted time less a margin: ``SPREADS`` times the spread, widened as the textbook
@@ -133,9 +136,12 @@ def fit_source(source: Source, here: Mapping[str, float]) -> RankingFit | None:
     return RankingFit(log_times, slope, offset, math.sqrt(residuals / (n - 2)), n, center, sum_squares)
 
 
-def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list[Seed]) -> None:
+def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list[Seed],
+                  candidate_set: str) -> None:
     """Search ``candidates`` (those that compiled) from ``sources`` (module docstring); with no
-    source that times one of them, measure them all."""
+    source that times one of them, measure them all. ``candidate_set`` is the digest of every
+    candidate (aot_tune.search.strategies.candidate_digest): a source whose own search chose among
+    the same ones has ruled out the candidates it left unmeasured, so they are not new here."""
     allowed = {c.id for c in candidates}
     rankers = [s for s in sources if s.distance == 0 and any(c.id in allowed for c, _ in s.times)]
     if not rankers:
@@ -143,14 +149,16 @@ def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequenc
         return
     neighbours = [s for s in sources if 0 < s.distance <= TRANSFER_REACH]
     timed = {c.id for s in rankers for c, _ in s.times}
+    ruled_out = {c.id for s in rankers if s.candidates == candidate_set for c in candidates
+                 if c.id not in s.measured and c.id not in timed}
     first = [*transfer_first(rankers, candidates, FIRST_RANKS, seeded),
              *(c for s in rankers for c in _ranking_checks(s, allowed)),
              *transfer_first(neighbours, candidates, NEIGHBOUR_WINNERS, seeded),
-             *(c for c in candidates if c.id not in timed)]
+             *(c for c in candidates if c.id not in timed and c.id not in ruled_out)]
     if not run.measure_batch(first):
         return
     while True:
-        contenders = _contenders(run, candidates, rankers)
+        contenders = _contenders(run, [c for c in candidates if c.id not in ruled_out], rankers)
         if not contenders or not run.measure_batch(contenders[:BATCH]):
             return
 

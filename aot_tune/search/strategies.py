@@ -228,7 +228,7 @@ def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: 
     elif settings.strategy == "surrogate":
         _surrogate(run, usable, sources, seeded)
     elif settings.strategy == "ranked":
-        search_ranked(run, usable, sources, seeded)
+        search_ranked(run, usable, sources, seeded, candidate_digest(candidates))
     else:
         raise ValueError(f"unknown search strategy {settings.strategy!r}")
     seconds = run.seconds

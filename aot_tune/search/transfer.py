@@ -64,6 +64,11 @@ class Source:
     winners: tuple[Config, ...]          # fastest first, its pick first
     device: str = ""                     # the device key and Triton version it was measured with
     triton: str = ""
+    #: For a record of a search other than exhaustive: the digest of the candidates it chose among
+    #: (aot_tune.search.strategies.candidate_digest), and every config it measured, failed ones too;
+    #: the candidates it left unmeasured are the ones its search ruled out.
+    candidates: str = ""
+    measured: frozenset[str] = frozenset()
 
 
 class Seed(NamedTuple):
@@ -83,7 +88,8 @@ def source_from_record(record: TuningRecord, shape: tuple[int, ...]) -> Source:
     passing.sort(key=lambda t: (t[2], t[1], t[0].id))
     winners = sorted((c for c, _, _ in passing), key=lambda c: c.id != record.best.id)  # stable
     return Source(record_full_shape(record), key_distance(record_full_shape(record), tuple(shape)),
-                  tuple((c, t) for c, t, _ in passing), tuple(winners), record.device.key, record.toolchain.triton)
+                  tuple((c, t) for c, t, _ in passing), tuple(winners), record.device.key, record.toolchain.triton,
+                  record.search.candidates, frozenset(m.config.id for m in record.measurements))
 
 
 def transfer_first(sources: Sequence[Source], candidates: Sequence[Config], per_source: int,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,7 @@ from aot_tune.cache import Mismatch
 from aot_tune.manifest import SearchSettings
 from aot_tune.search import ranked
 from aot_tune.search.ranked import fit_source, source_records
-from aot_tune.search.strategies import run_search
+from aot_tune.search.strategies import candidate_digest, run_search
 from aot_tune.search.transfer import Source
 from aot_tune.select import choose
 from aot_tune.tuning_schema import Measurement, TuningRecord
@@ -88,6 +89,17 @@ def test_a_config_new_in_the_space_is_measured_in_the_first_batch():
     result, batches = search([source(known)])
     assert slowest in batches[0] and result.measurements[slowest].status == "ok"
     assert picked(result) == BEST and result.configs_measured < 0.05 * len(SPACE)
+
+
+def test_a_searched_source_rules_out_what_it_left_unmeasured_among_the_same_candidates():
+    fastest = sorted(HERE, key=HERE.get)[:20]
+    partial = {k: 1.3 * HERE[k] for k in fastest}  # an earlier ranked record: its search measured these
+    searched = replace(source(partial), candidates=candidate_digest(SPACE), measured=frozenset(partial))
+    result, _ = search([searched])
+    assert picked(result) == BEST and result.configs_measured < len(fastest)
+    elsewhere = replace(searched, candidates=candidate_digest(SPACE[1:]))  # it chose among other candidates
+    result, batches = search([elsewhere])
+    assert set(HERE) - set(fastest) <= set(batches[0])  # so the others may be new here: measured
 
 
 def test_without_a_source_of_this_shape_every_config_is_measured():
