@@ -171,11 +171,12 @@ def _ranking_checks(source: Source, allowed: set[str]) -> list[Config]:
 
 def _contenders(run: SearchRun, candidates: Sequence[Config], rankers: Sequence[Source]) -> list[Config]:
     """The unmeasured configs that may still beat the best full time here, fastest predicted
-    first (those no fitted source predicts last, in their sources' order)."""
+    first (those no source can predict yet last, in their sources' order). A config is ruled out
+    only when every source that times it predicts, even optimistically, a slower time."""
     here = {cid: math.log(m.median_ms) for cid, m in run.latest.items()
             if passed(m) and not m.short_rep_ms and m.median_ms > 0}
     best = min(here.values(), default=math.inf)
-    fits = [f for f in (fit_source(s, here) for s in rankers) if f is not None]
+    fits = [(frozenset(c.id for c, _ in s.times), fit_source(s, here)) for s in rankers]
     order: dict[str, int] = {}  # a config's best place in the sources' rankings
     for source in rankers:
         for place, (config, _) in enumerate(source.times):
@@ -184,9 +185,11 @@ def _contenders(run: SearchRun, candidates: Sequence[Config], rankers: Sequence[
     for config in candidates:
         if config.id in run.latest:
             continue
-        predictions = [p for f in fits if (p := f.predict(config.id)) is not None]
-        if predictions and min(p - margin for p, margin in predictions) >= best:
+        predictions = [fit.predict(config.id) if fit is not None else None for timed, fit in fits
+                       if config.id in timed]
+        bounded = [p for p in predictions if p is not None]
+        if bounded and len(bounded) == len(predictions) and min(p - margin for p, margin in bounded) >= best:
             continue  # even its optimistic time is slower than the best here
-        expected = min((p for p, _ in predictions), default=math.inf)
+        expected = min((p for p, _ in bounded), default=math.inf)
         contenders.append((expected, order.get(config.id, len(order)), config.id, config))
     return [config for *_, config in sorted(contenders)]
