@@ -58,7 +58,7 @@ from aot_tune.manifest import SearchSettings
 from aot_tune.space import Config
 from aot_tune.search.ranked import search_ranked
 from aot_tune.search.surrogate import AdditiveModel, maximin_design, varying_params
-from aot_tune.search.transfer import (  # noqa: F401 (Source, source_from_record, transfer_plan: this module's interface)
+from aot_tune.search.transfer import (  # noqa: F401 (re-exported: callers take them from here)
     TRANSFER_REACH, Seed, Source, passed, source_from_record, transfer_first, transfer_plan,
 )
 from aot_tune.tuning_schema import Measurement, TuningRecord

@@ -561,7 +561,8 @@ def test_ranked_needs_no_budget_and_takes_one_as_a_cap(tmp_path: Path, monkeypat
     assert free.canonical() == {"strategy": "ranked"} and free.describe() == "ranked"
     assert capped == SearchSettings("ranked", 40)
     assert capped.canonical() == {"strategy": "ranked", "budget": {"configs": 40}}
-    assert capped.describe(" from h200 (triton 3.6.0)") == "ranked from h200 (triton 3.6.0), at most 40 configs per shape"
+    assert capped.describe(" from h200 (triton 3.6.0)") == \
+        "ranked from h200 (triton 3.6.0), at most 40 configs per shape"
 
 
 @pytest.mark.parametrize("block, needle, problem, fix", [
