@@ -38,14 +38,17 @@ class BenchSettings:
                 "l2_flush_bytes": self.l2_flush_bytes}
 
 
-STRATEGIES = ("exhaustive", "random", "successive_halving", "surrogate")
+STRATEGIES = ("exhaustive", "random", "successive_halving", "surrogate", "ranked")
 #: The search keys each strategy takes (``strategy`` itself aside).
 STRATEGY_KEYS: dict[str, tuple[str, ...]] = {
     "exhaustive": (),
     "random": ("budget", "seed"),
     "successive_halving": ("budget", "seed", "transfer", "eta", "rungs"),
     "surrogate": ("budget", "seed", "transfer"),
+    "ranked": ("budget",),
 }
+#: Strategies that stop on their own, so a budget only caps them further (the others need one).
+BUDGET_OPTIONAL = ("ranked",)
 
 
 @dataclass(frozen=True)
@@ -69,19 +72,22 @@ class SearchSettings:
         out: dict[str, Any] = {"strategy": self.strategy}
         for key in STRATEGY_KEYS[self.strategy]:
             if key == "budget":
-                out["budget"] = ({"configs": self.budget_configs} if self.budget_configs is not None
-                                 else {"seconds": self.budget_seconds})
+                if self.budget_configs is not None:
+                    out["budget"] = {"configs": self.budget_configs}
+                elif self.budget_seconds is not None:
+                    out["budget"] = {"seconds": self.budget_seconds}
             else:
                 out[key] = getattr(self, key)
         return out
 
-    def describe(self) -> str:
-        """One line for progress output, e.g. ``surrogate, 40 configs per shape``."""
-        if self.exhaustive:
-            return "exhaustive"
+    def describe(self, origin: str = "") -> str:
+        """One line for progress output, e.g. ``surrogate, 40 configs per shape``; ``origin`` follows
+        the strategy's name (where a ranked search's ranking came from)."""
+        if self.budget_configs is None and self.budget_seconds is None:
+            return self.strategy + origin
         budget = (f"{self.budget_configs} configs" if self.budget_configs is not None
                   else f"{self.budget_seconds:g} s")
-        return f"{self.strategy}, {budget} per shape"
+        return f"{self.strategy}{origin}, {'at most ' * (self.strategy in BUDGET_OPTIONAL)}{budget} per shape"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from aot_tune.manifest.checks import (_Ctx, _as_yaml, _describe, _did_you_mean, 
 from aot_tune.manifest.device_keys import _devices
 from aot_tune.manifest.exports import _exports
 from aot_tune.manifest.output_paths import _template
-from aot_tune.manifest.records import STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, SearchSettings
+from aot_tune.manifest.records import (BUDGET_OPTIONAL, STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults,
+                                       SearchSettings)
 from aot_tune.manifest.yaml_lines import _Map
 
 
@@ -194,7 +195,7 @@ def _search(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> Searc
             merged[field_name] = getattr(defaults, field_name)
     if "budget" not in takes:
         merged["budget_configs"] = merged["budget_seconds"] = None
-    elif merged["budget_configs"] is None and merged["budget_seconds"] is None:
+    elif merged["budget_configs"] is None and merged["budget_seconds"] is None and strategy not in BUDGET_OPTIONAL:
         ctx.fail(line, key, f"strategy {strategy} needs a budget per shape",
                  "add budget: {configs: 40} (configs measured per shape) or budget: {seconds: 2.0}")
     return SearchSettings(**merged)

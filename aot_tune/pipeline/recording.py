@@ -7,7 +7,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from aot_tune import cache as cache_io
-from aot_tune.cache import set_record_bench_dims, set_record_shape
+from aot_tune.cache import record_shape, set_record_bench_dims, set_record_shape
 from aot_tune.bench.nvml import ClockReading
 from aot_tune.bench.runner import ConfigMeasurement, DeviceInfo, DeviceModel
 from aot_tune.fingerprint import Toolchain
@@ -77,9 +77,21 @@ def search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> S
                   candidates=search.candidate_digest(unit.configs), candidate_count=len(unit.configs),
                   configs_measured=result.configs_measured, seconds=round(result.seconds, 3),
                   compute_seconds=round(result.compute_seconds, 3), reused=reused)
-    for shape, config_ids in result.seeded_by:
-        set_record_shape(info.sources.add(config_ids=list(config_ids)), shape)
+    for seed in result.seeded_by:
+        set_record_shape(info.sources.add(config_ids=list(seed.config_ids), device=seed.device, triton=seed.triton),
+                         seed.shape)
     return info
+
+
+def ranked_from(info: Search, shape: tuple) -> str:
+    """What a ranked search's progress note and summary add to the strategy's name: the devices
+    and Triton versions whose records of ``shape`` ranked its configs, or that it had none and
+    measured every config; '' for the other strategies."""
+    if info.strategy != "ranked":
+        return ""
+    origins = sorted({f"{s.device} (triton {s.triton})" for s in info.sources
+                      if s.device and record_shape(s) == tuple(shape)})
+    return f" from {', '.join(origins)}" if origins else " without a source, as exhaustive"
 
 
 def clocks_to_proto(start: ClockReading, end: ClockReading, clocks) -> None:

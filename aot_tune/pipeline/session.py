@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
-from aot_tune.search import strategies as search
+from aot_tune.search import ranked, strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.cache import record_full_shape
 from aot_tune.build.compile import CompileRequest
@@ -26,7 +26,8 @@ from aot_tune.manifest import BenchSettings
 from aot_tune.build.compile import CompileRecord, read_compile_result
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
-from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, search_proto, share_out
+from aot_tune.pipeline.recording import (assemble_record, measurement_proto, no_config_passed, ranked_from,
+                                         search_proto, share_out)
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
 from aot_tune.pipeline.stragglers import StragglerJudge, Stragglers
@@ -237,9 +238,10 @@ class TuneSession:
         write_atomic(unit.output, record.SerializeToString(deterministic=True))
         note = f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}"
         if search_info is not None:
-            note += (f" ({search_info.strategy}: {search_info.configs_measured} of {search_info.candidate_count} "
-                     f"configs, {search_info.seconds:.1f}s)")
-            tally = self.searched.setdefault(unit.search.describe(), Counter())
+            origin = ranked_from(search_info, unit.shape)
+            note += (f" ({search_info.strategy}{origin}: {search_info.configs_measured} of "
+                     f"{search_info.candidate_count} configs, {search_info.seconds:.1f}s)")
+            tally = self.searched.setdefault(unit.search.describe(origin), Counter())
             tally.update(shapes=1, measured=search_info.configs_measured, candidates=search_info.candidate_count)
             tally["seconds"] += search_info.seconds
         self.progress["bench"].advance(note, unit.name, hold.held_s)
@@ -381,7 +383,13 @@ class TuneSession:
         return result.measurements, fresh, search_proto(unit, result, reused)
 
     def _source_records(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
-        """The finished records of the shapes seeding this one (their bench tasks ran first)."""
+        """The finished records of the shapes seeding this one (their bench tasks ran first); for
+        ``ranked``, the cache's records of other devices and fingerprints (aot_tune.search.ranked)."""
+        if unit.search.strategy == "ranked":
+            checked = self.staleness.checked(kp)
+            return ranked.source_records(zip(checked.cache.records, checked.stale), kernel=unit.kernel,
+                                         dtype=unit.dtype, shape=unit.shape, device=unit.device,
+                                         fingerprint=unit.fingerprint, backend=self.plan.device_of(unit).backend)
         records = []
         for shape in unit.sources:
             source = kp.bench_of((shape, unit.dtype), unit.device)

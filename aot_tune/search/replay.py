@@ -1,4 +1,4 @@
-"""Replaying budgeted searches over an exhaustive run's recorded samples.
+"""Replaying searches other than exhaustive over an exhaustive run's recorded samples.
 
 One exhaustive run keeps every sample of every config (the bench outputs under
 ``.aot_tune/bench/``). Any strategy and budget can then be replayed over those records without
@@ -10,7 +10,9 @@ seconds less the timed phase it skips. A shape's first probe also pays what buil
 shape's inputs cost the exhaustive run (its largest round trip beyond the measured phases), as
 the first config of a shape does in a real run. The strategy's own compute is timed for real. Shapes are
 searched in the bench stage's order (anchors, then the shapes they seed), and each pick is
-judged by the exhaustive record: its full median over that of the exhaustive pick.
+judged by the exhaustive record: its full median over that of the exhaustive pick. A ``ranked``
+search ranks from the records of another device or toolchain, given beside the replayed ones
+(``foreign``), as the bench stage ranks from the cache's.
 
 Records without seconds or samples (merged caches keep neither) still replay, priced in
 timings: each timing costs 1 whatever its length (without recorded phases the saving of a short
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from aot_tune.bench.engine.timing import MIN_SAMPLES
 from aot_tune.cache import config_from_proto, record_full_shape, set_samples
 from aot_tune.manifest import SearchSettings
+from aot_tune.search import ranked
 from aot_tune.search.strategies import run_search, source_from_record, transfer_plan
 from aot_tune.select import choose
 from aot_tune.space import Config
@@ -157,21 +160,28 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
                        result.compute_seconds, result.configs_measured), searched
 
 
-def replay_suite(records: Sequence[TuningRecord], settings: SearchSettings, clock=time.perf_counter) -> SuiteResult:
-    """Replay a budgeted strategy over exhaustive records of one kernel and device, shapes of
-    each dtype in the bench stage's transfer order."""
+def replay_suite(records: Sequence[TuningRecord], settings: SearchSettings, clock=time.perf_counter,
+                 foreign: Sequence[TuningRecord] = ()) -> SuiteResult:
+    """Replay a strategy other than exhaustive over exhaustive records of one kernel and device,
+    shapes of each dtype in the bench stage's transfer order. ``ranked`` takes its sources from
+    ``foreign``, as the bench stage takes them from the cache: the records of another device or
+    toolchain (aot_tune.search.ranked.source_records)."""
     in_timings = not priced_in_seconds(records)
     if in_timings:
         clock = _still
     outcomes: list[ShapeResult] = []
     for dtype in sorted({r.dtype for r in records}):
         group = {record_full_shape(r): r for r in records if r.dtype == dtype}
-        plan = transfer_plan(list(group)) if settings.strategy != "random" and settings.transfer else \
-            {s: () for s in group}
+        plan = transfer_plan(list(group)) if settings.strategy in ("successive_halving", "surrogate") \
+            and settings.transfer else {s: () for s in group}
         searched: dict[tuple[int, ...], TuningRecord] = {}
         for shape in sorted(group, key=lambda s: (bool(plan[s]), s)):
-            outcome, searched[shape] = replay_shape(group[shape], settings, [searched[s] for s in plan[shape]],
-                                                    clock, in_timings)
+            record = group[shape]
+            sources = ranked.source_records(
+                ((r, None) for r in foreign), kernel=record.kernel, dtype=dtype, shape=shape, device=record.device.key,
+                fingerprint=record.fingerprint, backend=record.device.backend,
+            ) if settings.strategy == "ranked" else [searched[s] for s in plan[shape]]
+            outcome, searched[shape] = replay_shape(record, settings, sources, clock, in_timings)
             outcomes.append(outcome)
     total = sum(m.status != "invalid" for r in records for m in r.measurements) if in_timings \
         else exhaustive_seconds(records)

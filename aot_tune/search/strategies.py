@@ -18,6 +18,9 @@ of the space within a per-shape budget:
   tight one); once the budget is spent the ``FINALISTS`` fastest are timed in full, and the pick
   is among those. The design, each round and the finalists are each measured as one batch
   (pipelined on the device in the bench stage).
+* ``ranked`` (aot_tune.search.ranked): after an upgrade, the configs that ranked best in the
+  cache's records of another device or toolchain first, until a model of this device's times
+  from theirs says the rest cannot win; the budget is optional.
 
 Budgets. ``{configs: N}`` caps the distinct configs measured (short or full; a config that
 failed to compile costs nothing and does not count, except in ``random``, whose draw is fixed
@@ -29,13 +32,14 @@ it, and the surrogate its screening at ``SCREEN_SECONDS_SHARE`` (the rest is for
 Re-timing a config measured before (a promotion, a finalist) does not count against a configs
 budget.
 
-Transfer. The bench tasks of a (kernel, dtype) form two waves (``transfer_plan``): anchor
-shapes, spread over the shapes by farthest-point sampling, search with no neighbours; every
-other shape's bench task depends on its nearest anchors and starts from their results: the
-winners of those within ``TRANSFER_REACH`` are measured first, and all of them inform the
-surrogate at a weight that falls with distance. Which shape seeds which is fixed by the
-manifest's shapes alone, never by which task finished first on which GPU, so a run gives the
-same records whatever the scheduling; records name the shapes and configs that seeded them.
+Transfer (aot_tune.search.transfer). The bench tasks of a (kernel, dtype) form two waves
+(``transfer_plan``): anchor shapes, spread over the shapes by farthest-point sampling, search
+with no neighbours; every other shape's bench task depends on its nearest anchors and starts
+from their results: the winners of those within ``TRANSFER_REACH`` are measured first, and all
+of them inform the surrogate at a weight that falls with distance. Which shape seeds which is
+fixed by the manifest's shapes alone, never by which task finished first on which GPU, so a run
+gives the same records whatever the scheduling; records name the shapes and configs that
+seeded them.
 
 Everything here is pure Python and gets its measurements through a callback, so the same code
 runs in the bench stage (real measurements) and in aot_tune.search.replay (recorded samples).
@@ -48,12 +52,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from aot_tune.cache import config_from_proto, config_to_proto, record_full_shape
+from aot_tune.cache import config_to_proto
 from aot_tune.fingerprint import digest
 from aot_tune.manifest import SearchSettings
-from aot_tune.runtime.lookup import is_size, key_distance  # the runtime's nearest-key metric: transfer and fallback agree
 from aot_tune.space import Config
+from aot_tune.search.ranked import search_ranked
 from aot_tune.search.surrogate import AdditiveModel, maximin_design, varying_params
+from aot_tune.search.transfer import (  # noqa: F401 (re-exported: callers take them from here)
+    TRANSFER_REACH, Seed, Source, passed, source_from_record, transfer_first, transfer_plan,
+)
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
 #: Configs the surrogate measures before its first fit (neighbours' winners included).
@@ -71,13 +78,8 @@ SCREEN_SECONDS_SHARE = 0.8
 SOURCE_WEIGHT = 0.5
 #: Winners of each neighbour tried first: the surrogate's design is small, a short rung is cheap.
 TRANSFER_WINNERS = {"surrogate": 1, "successive_halving": 3}
-#: A neighbour's winners are tried first only this close (log2 distance: 2 is one dim 4x away);
-#: a farther one's winners rarely win here and would take the place of a spread-out probe.
-TRANSFER_REACH = 2.0
 #: Share of a seconds budget successive halving spends on its first rung.
 FIRST_RUNG_SHARE = 0.5
-#: Neighbouring anchors a shape's search starts from.
-NEIGHBOURS = 2
 
 #: (config, share of rep_ms) -> the measurement; the share is 1.0 for a full timing.
 Measure = Callable[[Config, float], Measurement]
@@ -110,57 +112,13 @@ def covers(record: TuningRecord, configs: Sequence[Config]) -> bool:
     return record.HasField("search") and record.search.candidates == candidate_digest(configs)
 
 
-def transfer_plan(shapes: Sequence[tuple[int, ...]], neighbours: int = NEIGHBOURS) -> dict[tuple[int, ...], tuple]:
-    """Each shape's source shapes: none for the round(sqrt(n)) anchors (the medoid first, then
-    each next shape farthest from the anchors so far; ties to the smaller shape), and the
-    ``neighbours`` nearest anchors for every other shape. Shapes that differ in a bool or string
-    key value (``causal``) never seed each other: each such group is planned on its own."""
-    groups: dict[tuple, list[tuple]] = {}
-    for shape in set(map(tuple, shapes)):
-        groups.setdefault(tuple(v for v in shape if not is_size(v)), []).append(shape)
-    if len(groups) > 1:
-        return {s: sources for group in groups.values() for s, sources in transfer_plan(group, neighbours).items()}
-    shapes = sorted(set(map(tuple, shapes)))
-    if len(shapes) < 2:
-        return {s: () for s in shapes}
-    count = max(1, round(math.sqrt(len(shapes))))
-    anchors = [min(shapes, key=lambda s: (sum(key_distance(s, t) for t in shapes), s))]
-    while len(anchors) < count:
-        rest = [s for s in shapes if s not in anchors]
-        farthest = max(min(key_distance(s, a) for a in anchors) for s in rest)
-        anchors.append(min(s for s in rest if min(key_distance(s, a) for a in anchors) == farthest))
-    return {s: () if s in anchors else tuple(sorted(anchors, key=lambda a: (key_distance(s, a), a))[:neighbours])
-            for s in shapes}
-
-
-@dataclass(frozen=True)
-class Source:
-    """A neighbouring shape's finished search, seeding this one."""
-
-    shape: tuple[int, ...]
-    distance: float                      # the runtime's log2 distance to the shape searched
-    times: tuple[tuple[Config, float], ...]  # passing measurements: config, median ms
-    winners: tuple[Config, ...]          # fastest first, its pick first
-
-
-def source_from_record(record: TuningRecord, shape: tuple[int, ...]) -> Source:
-    """A record as a source for ``shape``: its passing measurements, full timings before short
-    ones, fastest first, its pick at the head of the winners."""
-    passing = [(Config.from_dict(config_from_proto(m.config)), m.median_ms, bool(m.short_rep_ms))
-               for m in record.measurements if _ok(m)]
-    passing.sort(key=lambda t: (t[2], t[1], t[0].id))
-    winners = sorted((c for c, _, _ in passing), key=lambda c: c.id != record.best.id)  # stable
-    return Source(record_full_shape(record), key_distance(record_full_shape(record), tuple(shape)),
-                  tuple((c, t) for c, t, _ in passing), tuple(winners))
-
-
 @dataclass
 class SearchResult:
     measurements: dict[str, Measurement]   # the latest measurement of each config, invalid ones too
     configs_measured: int
     seconds: float                          # spent against the budget
     compute_seconds: float                  # of which the strategy's own compute
-    seeded_by: list[tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=list)
+    seeded_by: list[Seed] = field(default_factory=list)
 
 
 class SearchRun:
@@ -251,8 +209,9 @@ def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: 
                measure: Measure, sources: Sequence[Source] = (),
                clock: Callable[[], float] = time.perf_counter,
                measure_batch: MeasureBatch | None = None) -> SearchResult:
-    """Search one shape's candidates with a budgeted strategy. ``invalid`` maps the ids of
-    candidates whose compile failed to the reason; ``sources`` are neighbouring shapes' results.
+    """Search one shape's candidates with a strategy other than exhaustive. ``invalid`` maps the
+    ids of candidates whose compile failed to the reason; ``sources`` are neighbouring shapes'
+    results (for ``ranked``, the cache's records of other devices and toolchains).
     ``measure_batch``, if given, measures the configs a strategy chooses together (the
     surrogate's batches) in one go; without it they are measured one by one with ``measure``."""
     if settings.exhaustive:
@@ -261,13 +220,15 @@ def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: 
     sources = sorted(sources, key=lambda s: (s.distance, s.shape)) if settings.strategy != "random" \
         and settings.transfer else []
     usable = [c for c in candidates if c.id not in invalid]
-    seeded: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+    seeded: list[Seed] = []
     if settings.strategy == "random":
         _random(run, candidates)
     elif settings.strategy == "successive_halving":
         _successive_halving(run, usable, sources, seeded)
     elif settings.strategy == "surrogate":
         _surrogate(run, usable, sources, seeded)
+    elif settings.strategy == "ranked":
+        search_ranked(run, usable, sources, seeded, candidate_digest(candidates))
     else:
         raise ValueError(f"unknown search strategy {settings.strategy!r}")
     seconds = run.seconds
@@ -278,29 +239,6 @@ def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: 
             if config.id in invalid and config.id not in measurements:
                 measurements[config.id] = invalid_measurement(config, invalid[config.id])
     return SearchResult(measurements, counted, seconds, run.compute_seconds, seeded)
-
-
-def transfer_first(sources: Sequence[Source], candidates: Sequence[Config], per_source: int,
-                   seeded: list | None = None) -> list[Config]:
-    """The winners of the sources within ``TRANSFER_REACH`` that are candidates here: every
-    source's best, then every source's second, ...; nearest source first. Records in ``seeded``
-    which source gave which (none for a source that only informs the surrogate)."""
-    allowed = {c.id for c in candidates}
-    picked: dict[str, Config] = {}
-    given: dict[tuple[int, ...], list[str]] = {s.shape: [] for s in sources}
-    for rank in range(per_source):
-        for source in (s for s in sources if s.distance <= TRANSFER_REACH):
-            winners = [c for c in source.winners if c.id in allowed]
-            if rank < len(winners) and winners[rank].id not in picked:
-                picked[winners[rank].id] = winners[rank]
-                given[source.shape].append(winners[rank].id)
-    if seeded is not None:
-        seeded.extend((shape, tuple(ids)) for shape, ids in given.items())
-    return list(picked.values())
-
-
-def _ok(m: Measurement) -> bool:
-    return m.status == "ok" and m.runs > 0
 
 
 def _random(run: SearchRun, candidates: Sequence[Config]) -> None:
@@ -325,7 +263,7 @@ def _successive_halving(run: SearchRun, candidates: Sequence[Config], sources: S
         m = run.measure(config, shares[0])
         if m is None:
             break
-        if _ok(m):
+        if passed(m):
             alive.append(config)
     for share in shares[1:]:
         alive.sort(key=lambda c: (run.latest[c.id].median_ms, c.id))
@@ -335,7 +273,7 @@ def _successive_halving(run: SearchRun, candidates: Sequence[Config], sources: S
             m = run.measure(config, share)
             if m is None:
                 return
-            if _ok(m):
+            if passed(m):
                 promoted.append(config)
         alive = promoted
 
@@ -365,7 +303,7 @@ def _screen(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Sour
         if not untried:
             return
         own = [("searched", config, math.log(max(run.latest[config.id].median_ms, 1e-9)), 1.0)
-               for config in candidates if config.id in run.latest and _ok(run.latest[config.id])]
+               for config in candidates if config.id in run.latest and passed(run.latest[config.id])]
         model.fit(prior + own)
         untried.sort(key=lambda c: (model.predict(c), rank[c.id]))
         if not run.measure_batch(_batch(untried, _incumbent(run, candidates)), SCREEN_SHARE):
@@ -374,7 +312,7 @@ def _screen(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Sour
 
 def _finalists(run: SearchRun, candidates: Sequence[Config]) -> None:
     """Time the ``FINALISTS`` fastest screened configs in full, as one batch."""
-    screened = [c for c in candidates if c.id in run.latest and _ok(run.latest[c.id])
+    screened = [c for c in candidates if c.id in run.latest and passed(run.latest[c.id])
                 and run.latest[c.id].short_rep_ms]
     screened.sort(key=lambda c: (run.latest[c.id].median_ms, c.id))
     if screened:
@@ -382,7 +320,7 @@ def _finalists(run: SearchRun, candidates: Sequence[Config]) -> None:
 
 
 def _incumbent(run: SearchRun, candidates: Sequence[Config]) -> Config | None:
-    passing = [c for c in candidates if c.id in run.latest and _ok(run.latest[c.id])]
+    passing = [c for c in candidates if c.id in run.latest and passed(run.latest[c.id])]
     return min(passing, key=lambda c: (run.latest[c.id].median_ms, c.id)) if passing else None
 
 

@@ -159,3 +159,37 @@ def test_the_first_probe_of_a_shape_pays_for_building_its_inputs():
     plain, _ = replay_shape(SUITE[0], settings, clock=lambda: 0.0)
     charged, _ = replay_shape(record, settings, clock=lambda: 0.0)
     assert charged.seconds - plain.seconds == pytest.approx(0.5 + (0.5 if first.config.id in drawn else 0.0))
+
+
+def another_device(record: TuningRecord, factor: float, device: str = "h100-sxm") -> TuningRecord:
+    """``record`` as measured on another GPU: every time ``factor`` times longer, stats only (a merged cache's)."""
+    moved = cache_io.without_samples(record)
+    moved.device.key, moved.device.name, moved.fingerprint = device, "NVIDIA H100 80GB HBM3", "other"
+    moved.toolchain.triton = "3.6.0"
+    for m in moved.measurements:
+        m.median_ms *= factor
+    return moved
+
+
+def test_a_ranked_replay_ranks_from_another_devices_records():
+    foreign = [another_device(r, 1.4) for r in SUITE]
+    result = replay_suite(SUITE, SearchSettings("ranked"), foreign=foreign)
+    assert result.quality == 1.0 and result.time_share < 0.4
+    assert all(s.configs_measured < 20 for s in result.shapes)
+    alone = replay_suite(SUITE, SearchSettings("ranked"))  # no source: every config, as exhaustive
+    assert alone.quality == 1.0 and all(s.configs_measured == len(CONFIGS) - 2 for s in alone.shapes)
+    assert alone.time_share == pytest.approx(1.0, rel=0.05)
+
+
+def test_pareto_replays_ranked_from_another_devices_cache(records_file, tmp_path):
+    foreign = tmp_path / "h100.tuning.pb"
+    cache_io.write_cache(cache_io.sorted_cache(another_device(r, 1.4) for r in SUITE), foreign)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "tools.studies.pareto", "--out", str(out), "--records",
+                           str(records_file), "--kernel", "vector_add", "--strategies", "random", "--budgets", "4",
+                           "--seeds", "1", "--jobs", "1", "--ranked-from", str(foreign)],
+                          cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranked = json.loads((out / "pareto.json").read_text())["ranked"]
+    assert ranked["quality"] == 1.0 and ranked["time_share"] < 0.4 and len(ranked["shapes"]) == len(SUITE)
+    assert "ranked from h100-sxm (triton 3.6.0): " in proc.stdout and ranked["line"] in (out / "pareto.md").read_text()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aot_tune.manifest import SearchSettings, Defaults, load_manifest
+from aot_tune.manifest import STRATEGIES, STRATEGY_KEYS, SearchSettings, Defaults, load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference" / "tuning-yaml.md"
@@ -67,6 +67,15 @@ def test_the_references_example_loads(tmp_path: Path) -> None:
     assert gemm.name == "gemm"
     assert gemm.bench.rep_ms == 50 and gemm.bench.warmup_ms == Defaults().bench.warmup_ms  # merged key by key
     assert gemm.search.strategy == "surrogate" and gemm.search.budget_configs == 40
+
+
+def test_the_reference_names_every_search_strategy_and_its_keys() -> None:
+    listed = re.search(r"^    strategy: exhaustive\s+# (.*)$", _yaml_block(), re.M)
+    assert listed, "the example's search block lost its strategy line"
+    assert [name.split()[0] for name in listed.group(1).split(", ")] == list(STRATEGIES)
+    rules = REFERENCE.read_text(encoding="utf-8").split("**`search`.**", 1)[1].split("\n\n", 1)[0]
+    for strategy, keys in STRATEGY_KEYS.items():
+        assert f"`{strategy}`" in rules and all(f"`{key}`" in rules for key in keys), strategy
 
 
 def _quickstart_commands(readme: str) -> list[str]:

@@ -551,9 +551,28 @@ def test_options_of_another_strategy_are_not_inherited(tmp_path: Path, monkeypat
     assert m.kernel("gemm").search == SearchSettings()  # budget dropped too
 
 
+def test_ranked_needs_no_budget_and_takes_one_as_a_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = edit("  bench: {warmup_ms: 10}\n", "  bench: {warmup_ms: 10}\n  search: {strategy: ranked}\n")
+    text = edit("    bench: {rep_ms: 50, l2_flush: false}\n",
+                "    bench: {rep_ms: 50, l2_flush: false}\n    search: {budget: {configs: 40}}\n", text)
+    m = load(tmp_path, monkeypatch, text)
+    free, capped = m.kernel("gemm").search, m.kernel("softmax").search
+    assert free == SearchSettings("ranked") and not free.exhaustive
+    assert free.canonical() == {"strategy": "ranked"} and free.describe() == "ranked"
+    assert capped == SearchSettings("ranked", 40)
+    assert capped.canonical() == {"strategy": "ranked", "budget": {"configs": 40}}
+    assert capped.describe(" from h200 (triton 3.6.0)") == \
+        "ranked from h200 (triton 3.6.0), at most 40 configs per shape"
+
+
 @pytest.mark.parametrize("block, needle, problem, fix", [
     ("{strategy: sucessive_halving, budget: {configs: 4}}", "sucessive", "unknown strategy 'sucessive_halving'",
      "did you mean 'successive_halving'?"),
+    ("{strategy: rankd}", "rankd", "unknown strategy 'rankd'", "did you mean 'ranked'?"),
+    ("{strategy: ranked, seed: 1}", "seed: 1", "strategy ranked does not take 'seed'",
+     "remove it (strategy ranked takes: budget)"),
+    ("{strategy: ranked, budget: {configs: 0}}", "strategy: ranked", "expected a positive integer, got 0",
+     "configs measured per shape"),
     ("{strategy: surrogate}", "strategy: surrogate", "strategy surrogate needs a budget per shape",
      "budget: {configs: 40}"),
     ("{strategy: random, budget: {configs: 4, seconds: 1}}", "strategy: random",

@@ -20,8 +20,12 @@ Each phase prints its results as it ends. Runs where doit is importable (carry i
 PYTHONPATH where it is not installed). --deadline-s skips validation runs that would not finish
 in time. `--backend interpreter` runs the flow on a CPU (tiny shapes, e.g. --kernel vector_add).
 
+`--ranked-from CACHE` also replays the ranked strategy (after an upgrade), ranking from that
+cache's records of other devices or toolchains: its share of the exhaustive time and its picks.
+
 Usage: python3 -m tools.studies.pareto --out pareto-out
        python3 -m tools.studies.pareto --out again --records pareto-out/exhaustive.tuning.pb
+       python3 -m tools.studies.pareto --out h100 --records h100.tuning.pb --ranked-from generated/gemm.tuning.pb
 """
 from __future__ import annotations
 
@@ -343,6 +347,8 @@ def main() -> None:
                                                       "of measuring; no validation runs")
     parser.add_argument("--device", help="with --records: the device key whose records to replay (default: the GPU "
                                          "with the most)")
+    parser.add_argument("--ranked-from", type=Path, help="also replay the ranked strategy, ranking from this cache's "
+                                                         "records of other devices or toolchains")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "interpreter"])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replay processes")
     parser.add_argument("--deadline-s", type=float, default=570.0,
@@ -409,6 +415,9 @@ def main() -> None:
         report["targets"] = targets_met(rows)
         print(table(rows) + "\n" + targets_text(report["targets"]), flush=True)
         print(f"  replayed in {report['phases_s']['replay']:.1f} s", flush=True)
+        if args.ranked_from:
+            report["ranked"] = replay_ranked(records, cache_io.read_cache(args.ranked_from).records)
+            print(report["ranked"]["line"], flush=True)
 
         report["validation"] = []
         if base is not None:
@@ -456,8 +465,28 @@ def main() -> None:
                   f"{v['real']['time_share']:.1%} of the exhaustive time, geomean {v['real']['quality']:.4f} "
                   f"(replay: {v['replay']['time_share']:.1%}, {v['replay']['quality']:.4f}); same pick on "
                   f"{v['same_pick_shapes']}/{v['shapes']} shapes")
+    if "ranked" in report:
+        md.append(f"- {report['ranked']['line']}")
     (args.out / "pareto.md").write_text("\n".join(md) + "\n")
     print(f"wrote {args.out}/pareto.md, pareto.json; total {report['phases_s']['total']:.1f} s", flush=True)
+
+
+def replay_ranked(records: list[TuningRecord], foreign: list[TuningRecord]) -> dict:
+    """The ranked strategy replayed over ``records``, ranking from ``foreign`` (aot_tune.search.ranked)."""
+    own = {(r.device.key, r.fingerprint) for r in records}
+    foreign = [r for r in foreign if r.kernel == records[0].kernel and r.device.backend == records[0].device.backend
+               and (r.device.key, r.fingerprint) not in own]
+    result = replay_suite(records, SearchSettings("ranked"), foreign=foreign)
+    valid = sum(m.status != "invalid" for r in records for m in r.measurements)
+    measured = sum(s.configs_measured for s in result.shapes)
+    origins = sorted({f"{r.device.key} (triton {r.toolchain.triton})" for r in foreign})
+    line = (f"ranked from {', '.join(origins) or 'nothing'}: {measured} of {valid} configs measured, "
+            f"{result.time_share:.1%} of the exhaustive time; geomean pick / exhaustive pick {result.quality:.4f}, "
+            f"worst shape {result.worst:.3f}")
+    return {"line": line, "time_share": result.time_share, "configs_measured": measured, "configs": valid,
+            "quality": result.quality, "worst_shape": result.worst,
+            "shapes": [{"shape": list(s.shape), "dtype": s.dtype, "pick": s.pick, "ratio": s.ratio,
+                        "configs": s.configs_measured} for s in result.shapes]}
 
 
 def _replay_with(records: list[TuningRecord], label: str, budget: int) -> dict:
