@@ -19,7 +19,9 @@ A run is four parts, added up:
 * **bench**: per measurement, on a GPU, the timed launches (``rep_ms`` x the share a budgeted
   search gives it, x 1.1: the engine fills a bit over ``rep_ms``) plus the engine's overhead
   (check, warm-up, probe, graph capture, kernel load); on the interpreter, that config's
-  ``seconds`` in the shape's earlier record. Plus an overhead per batch sent to the device worker;
+  ``seconds`` in the shape's earlier record. A ``ranked`` search measures its first batch and
+  ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
+  shape, every config where it holds none. Plus an overhead per batch sent to the device worker;
   a config that failed to compile every time before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
@@ -52,6 +54,7 @@ from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.runlog import RunRecord, time_split
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.search.strategies import BATCH, FINALISTS, INITIAL_DESIGN, SCREEN_SHARE
+from aot_tune.search import ranked
 
 #: Defaults where no earlier run calibrates them (``calibrate``), by backend. Start-up: the fork
 #: server's imports took about 3 s on a 2-core CPU and 9-14 s on the H100 host; device workers
@@ -427,7 +430,12 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
             return settings.rep_ms * share * TIMED_STRETCH / 1e3 + engine
         return typical
 
-    groups, batches = search_plan(unit.search, len(candidates))
+    if unit.search.strategy == "ranked":  # what its sources in the cache let it leave out
+        count, batches = ranked.expected_measurements([c.id for c in candidates],
+                                                      staleness.ranked_sources(kp, unit), unit.shape)
+        groups = [(count, 1.0)] if count else []
+    else:
+        groups, batches = search_plan(unit.search, len(candidates))
     if unit.search.exhaustive and calibration.backend != "cuda":
         seconds = sum(earlier.get(c.id, typical) for c in candidates)
     else:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
-from aot_tune.search import ranked, strategies as search
+from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.cache import record_full_shape
 from aot_tune.build.compile import CompileRequest
@@ -386,10 +386,7 @@ class TuneSession:
         """The finished records of the shapes seeding this one (their bench tasks ran first); for
         ``ranked``, the cache's records of other devices and fingerprints (aot_tune.search.ranked)."""
         if unit.search.strategy == "ranked":
-            checked = self.staleness.checked(kp)
-            return ranked.source_records(zip(checked.cache.records, checked.stale), kernel=unit.kernel,
-                                         dtype=unit.dtype, shape=unit.shape, device=unit.device,
-                                         fingerprint=unit.fingerprint, backend=self.plan.device_of(unit).backend)
+            return self.staleness.ranked_sources(kp, unit)
         records = []
         for shape in unit.sources:
             source = kp.bench_of((shape, unit.dtype), unit.device)

@@ -24,7 +24,7 @@ from aot_tune.build.compile import read_compile_result
 from aot_tune.fingerprint import MeasuredOn, bench_fingerprint
 from aot_tune.manifest import KernelSpec
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
-from aot_tune.search import strategies as search
+from aot_tune.search import ranked, strategies as search
 from aot_tune.space import Config
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
@@ -87,6 +87,13 @@ class Staleness:
     def checked(self, kp: KernelPlan) -> CheckedCache:
         """The cache with each record's mismatch against the manifest (read with it, in one pass)."""
         return self._cache_entry(kp)[1]
+
+    def ranked_sources(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
+        """The cache's records a ``ranked`` search of this bench starts from (aot_tune.search.ranked)."""
+        checked = self.checked(kp)
+        return ranked.source_records(zip(checked.cache.records, checked.stale), kernel=unit.kernel,
+                                     dtype=unit.dtype, shape=unit.shape, device=unit.device,
+                                     fingerprint=unit.fingerprint, backend=self.plan.device_of(unit).backend)
 
     def manifest_changes(self, kp: KernelPlan) -> list[ManifestChange]:
         return manifest_changes(kp.spec, self.checked(kp).stale_records(), self.plan.manifest.path.name)

@@ -163,6 +163,27 @@ def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequenc
             return
 
 
+#: Batches of ``BATCH`` a ranked search is expected to send after its first, for the cost model:
+#: 0-2 a shape when the sources rank well (the H200 -> H100 replay of the GEMM: 71 configs over
+#: 8 shapes, about its first batches alone).
+EXPECTED_LATER_BATCHES = 1
+
+
+def expected_measurements(candidates: Sequence[str], records: Sequence[TuningRecord], shape: tuple) -> tuple[int, int]:
+    """What a ranked search of ``candidates`` (config ids) is expected to measure and in how many
+    batches, given its source records (``source_records``): every candidate with no source of
+    this shape; else the first batch (module docstring) and ``EXPECTED_LATER_BATCHES``."""
+    exact = [r for r in records if record_full_shape(r) == tuple(shape)]
+    if not exact:
+        return len(candidates), int(bool(candidates))
+    timed = {m.config.id for r in exact for m in r.measurements if m.status == "ok"}
+    origins = {_origin(r) for r in exact}
+    neighbours = len({record_full_shape(r) for r in records}) - 1
+    untimed = sum(1 for c in candidates if c not in timed)
+    first = len(origins) * (FIRST_RANKS + RANKING_CHECKS) + NEIGHBOUR_WINNERS * neighbours + untimed
+    return min(len(candidates), first + EXPECTED_LATER_BATCHES * BATCH), 1 + EXPECTED_LATER_BATCHES
+
+
 def _ranking_checks(source: Source, allowed: set[str]) -> list[Config]:
     """Configs spread over the part of the source's ranking below its ``FIRST_RANKS`` fastest."""
     rest = [c for c, _ in source.times if c.id in allowed][FIRST_RANKS:]

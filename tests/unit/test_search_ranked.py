@@ -190,3 +190,21 @@ def test_sources_are_this_shapes_records_of_other_devices_and_fingerprints_then_
     names = {id(r): name for name, r in records.items()}
     assert [names[id(r)] for r in found] == ["this GPU, older triton", "other GPU", "its neighbour"]
     assert source_records(((records["its neighbour"], None),), **here) == []  # no record of this shape
+
+
+def test_the_cost_model_expects_the_first_batch_and_one_more_where_a_source_exists():
+    candidates = [c.id for c in SPACE]
+    two_origins = [record("h200"), record("h100-sxm", fingerprint="old", triton="3.5.0"), record("h200", shape=(128,))]
+    count, batches = ranked.expected_measurements(candidates, two_origins, (64,))
+    untimed = len(candidates) - 1  # the records time SPACE[0] alone: every other config is new to them
+    assert (count, batches) == (min(len(candidates), 2 * (ranked.FIRST_RANKS + ranked.RANKING_CHECKS)
+                                    + ranked.NEIGHBOUR_WINNERS + untimed + ranked.BATCH), 2)
+    assert ranked.expected_measurements(candidates, [record("h200", shape=(128,))], (64,)) == (len(candidates), 1)
+    assert ranked.expected_measurements([], [], (64,)) == (0, 0)
+    timed = record("h200")
+    for config in SPACE[1:]:
+        m = Measurement(status="ok", median_ms=2.0, runs=10)
+        cache_io.config_to_proto(config.id, config.as_dict(), m.config)
+        timed.measurements.append(m)
+    assert ranked.expected_measurements(candidates, [timed], (64,)) == (
+        min(len(candidates), ranked.FIRST_RANKS + ranked.RANKING_CHECKS + ranked.BATCH), 2)
