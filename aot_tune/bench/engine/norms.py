@@ -61,10 +61,9 @@ def _compiled():
             out = out.to(tl.float64)
             ref = ref.to(tl.float64)
             diff = out - ref
-            not_finite = (out != out) | (tl.abs(out) > 1.7976931348623157e308)
             tl.store(partial_ptr + pid * 3, tl.sum(diff * diff, axis=0))
             tl.store(partial_ptr + pid * 3 + 1, tl.sum(ref * ref, axis=0))
-            tl.store(partial_ptr + pid * 3 + 2, tl.sum(not_finite.to(tl.float64), axis=0))
+            tl.store(partial_ptr + pid * 3 + 2, tl.sum((out != out).to(tl.float64), axis=0))  # NaNs
 
         from aot_tune.triton_compat import CacheHitCounter
 
@@ -85,18 +84,21 @@ def norms(output: Any, expected: Any) -> Any:
     partials = torch.empty((blocks, 3), dtype=torch.float64, device=out.device)
     _compiled()[(blocks,)](out, ref, partials, n, BLOCK=BLOCK, OUT_VIA_F32=_dtype_name(out) in NARROW_FLOATS,
                            REF_VIA_F32=_dtype_name(ref) in NARROW_FLOATS, num_warps=8)
-    squares, ref_squares, not_finite = partials.sum(dim=0).unbind()
-    return torch.stack([(not_finite == 0).double(), squares.sqrt(), ref_squares.sqrt()])
+    squares, ref_squares, nans = partials.sum(dim=0).unbind()
+    # An infinite output makes its squared difference infinite (or NaN against an infinite
+    # reference): no finite output of a float32 or narrower dtype can overflow a float64 sum.
+    return torch.stack([((nans == 0) & torch.isfinite(squares)).double(), squares.sqrt(), ref_squares.sqrt()])
 
 
 def warm_in_background(device: str) -> None:
     """Compile the kernel for ``WARM_DTYPES`` on a thread while the worker waits for work; the
-    first comparison waits for it (so no compile runs beside a pass's launches)."""
+    worker waits for it before its first batch (so no compile runs beside a pass's work)."""
     global _warming
 
     def warm() -> None:
         import torch
 
+        torch.cuda.set_device(device)  # a thread starts on device 0
         for name in WARM_DTYPES:
             x = torch.ones(BLOCK, dtype=getattr(torch, name), device=device)
             norms(x, x)
@@ -114,6 +116,7 @@ def _warm_quietly(warm) -> None:
 
 
 def wait_for_warming() -> None:
+    """Until the warming thread is done (a no-op once it is, or on that thread)."""
     global _warming
     warming = _warming
     if warming is not None and warming is not threading.current_thread():

@@ -50,6 +50,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
         conn.send(("spawn instead", problem))
         return
     triton_compat.pin_environment()
+    from aot_tune.bench.engine import norms
     from aot_tune.bench.engine.pipeline import context_usable, measure_configs
 
     info, device, clocks = _open_device(backend, device_index)
@@ -69,6 +70,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             if message is None:
                 return
             _, batch, upcoming = message
+            norms.wait_for_warming()  # no Triton compile of the comparison beside a batch's work
             began = time.perf_counter()
             seconds: Counter[str] = Counter()  # where the batch's wall time went (the run summary's split)
             workload = workloads.take(batch[0], upcoming)
