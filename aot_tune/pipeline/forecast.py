@@ -5,8 +5,8 @@ it beside its wall time and its progress lines take their estimate of what is le
 A run is four parts, added up:
 
 * **start-up**: the compile workers' start-up (the fork server's torch and triton imports) when
-  anything is compiled or a launch's specialization captured (0.5 ms a launch); else the
-  device workers' start-up.
+  anything is compiled or a launch's specialization captured (0.5 ms a launch); else the fork
+  server's imports and then the device workers' start-up (they fork from it).
 * **compile**: each stale compile's seconds, list-scheduled longest first over the ``-n``
   workers (as the compile stage runs them). A compile expects its recorded seconds from an
   earlier run (any fingerprint: an edit changes a compile's time far less than its config does),
@@ -129,7 +129,7 @@ def observed(run: RunRecord) -> dict[str, float]:
     other). Nothing from an entry that is not a run this version logs."""
     try:
         seconds = {name: float(value) for name, value in run.worker_seconds.items()}
-        found = {"startup_s": seconds.get("specialize start-up", 0.0),
+        found = {"startup_s": seconds.get("specialize start-up") or seconds.get("fork server start-up", 0.0),
                  "device_startup_s": seconds.get("device start-up", 0.0),
                  "rest_s": float(time_split(run)["other"])}
         compiled = sum(int(n) for n in run.compile.values())
@@ -270,8 +270,8 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
         # device workers start with the first compile (after a capture), else with the run
         device_wait = calibration.device_startup() if capture else \
             max(0.0, calibration.device_startup() - calibration.startup())
-    elif result.bench_seconds:
-        result.startup_s, device_wait = calibration.device_startup(), 0.0
+    elif result.bench_seconds:  # the device workers wait for the fork server's imports first
+        result.startup_s, device_wait = calibration.startup() + calibration.device_startup(), 0.0
     else:
         return
     bench_end = 0.0

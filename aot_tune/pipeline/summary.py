@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from aot_tune.pipeline.runlog import RunRecord
+from aot_tune.workers import forking
 
 if TYPE_CHECKING:
     from aot_tune.pipeline.forecast import Forecast
@@ -31,13 +32,18 @@ def run_record(session: TuneSession, started: float, ended: float, ok: bool) -> 
 
 
 def _device_startup(session: TuneSession) -> dict[str, float]:
-    """How long the local device workers took to come up, where a bench ran (a cluster's were up before)."""
+    """How long the local device workers took to come up, where a bench ran (a cluster's were up
+    before): once the fork server they fork from was up ("device start-up"), and, in a run that
+    compiled nothing, the server's own imports they waited for first ("fork server start-up")."""
     if "bench" not in session.spans:
         return {}
     pool = session.executors.devices
     if pool.started_at is None or pool.ready_at is None:
         return {}
-    return {"device start-up": max(0.0, pool.ready_at - pool.started_at)}
+    server_ready = forking.ready_at
+    if server_ready is None or not pool.started_at < server_ready <= pool.ready_at:
+        return {"device start-up": max(0.0, pool.ready_at - pool.started_at)}
+    return {"device start-up": pool.ready_at - server_ready, "fork server start-up": server_ready - pool.started_at}
 
 
 def run_summary(session: TuneSession) -> str:
