@@ -7,12 +7,11 @@ of traffic per element. On a memory-bound kernel with a large output (a norm ove
 14336) the comparison otherwise costs more device time than the kernel it checks. The sums are
 kept in float64, as before, so the verdict is the same.
 
-The kernel compiles once per (output dtype, reference dtype) in a device worker;
-``warm_in_background`` compiles the common ones while the worker waits for its first batch.
+The kernel compiles once per (output dtype, reference dtype) in a device worker; ``warm``
+compiles the common ones as the worker starts, while the compiles run.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 #: Elements each program sums (its partial sums are float64: three per block).
@@ -26,7 +25,6 @@ NARROW_FLOATS = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 WARM_DTYPES = ("float16", "bfloat16", "float32")
 
 _kernel = None
-_warming: threading.Thread | None = None
 
 
 def _dtype_name(tensor: Any) -> str:
@@ -77,7 +75,6 @@ def norms(output: Any, expected: Any) -> Any:
     tensors' device, queued (not waited for). ``supported`` must hold."""
     import torch
 
-    wait_for_warming()
     out, ref = output.reshape(-1), expected.reshape(-1)
     n = out.numel()
     blocks = -(-n // BLOCK)
@@ -90,35 +87,16 @@ def norms(output: Any, expected: Any) -> Any:
     return torch.stack([((nans == 0) & torch.isfinite(squares)).double(), squares.sqrt(), ref_squares.sqrt()])
 
 
-def warm_in_background(device: str) -> None:
-    """Compile the kernel for ``WARM_DTYPES`` on a thread while the worker waits for work; the
-    worker waits for it before its first batch (so no compile runs beside a pass's work)."""
-    global _warming
+def warm(device: str) -> None:
+    """Compile the kernel for ``WARM_DTYPES`` now: a GPU worker does it before it says it is up
+    (while the compiles run), so no bench holds the device while it compiles, and no compile
+    runs beside a pass's launches."""
+    import torch
 
-    def warm() -> None:
-        import torch
-
-        torch.cuda.set_device(device)  # a thread starts on device 0
+    try:
         for name in WARM_DTYPES:
             x = torch.ones(BLOCK, dtype=getattr(torch, name), device=device)
             norms(x, x)
         torch.cuda.synchronize(device)
-
-    _warming = threading.Thread(target=_warm_quietly, args=(warm,), name="aot_tune-warm-norms", daemon=True)
-    _warming.start()
-
-
-def _warm_quietly(warm) -> None:
-    try:
-        warm()
     except Exception:  # noqa: BLE001 - warming is an optimization; the first comparison compiles instead
         pass
-
-
-def wait_for_warming() -> None:
-    """Until the warming thread is done (a no-op once it is, or on that thread)."""
-    global _warming
-    warming = _warming
-    if warming is not None and warming is not threading.current_thread():
-        warming.join()
-        _warming = None

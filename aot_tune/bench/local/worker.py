@@ -50,7 +50,6 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
         conn.send(("spawn instead", problem))
         return
     triton_compat.pin_environment()
-    from aot_tune.bench.engine import norms
     from aot_tune.bench.engine.pipeline import context_usable, measure_configs
 
     info, device, clocks = _open_device(backend, device_index)
@@ -70,7 +69,6 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             if message is None:
                 return
             _, batch, upcoming = message
-            norms.wait_for_warming()  # no Triton compile of the comparison beside a batch's work
             began = time.perf_counter()
             seconds: Counter[str] = Counter()  # where the batch's wall time went (the run summary's split)
             workload = workloads.take(batch[0], upcoming)
@@ -170,7 +168,7 @@ def _open_device(backend: str, device_index: int):
         return info, "cpu", None
     torch.cuda.set_device(device_index)
     warm_up_graphs(f"cuda:{device_index}")
-    norms.warm_in_background(f"cuda:{device_index}")
+    norms.warm(f"cuda:{device_index}")  # the check's comparison kernel, before the worker says it is up
     props = torch.cuda.get_device_properties(device_index)
     clocks = GpuClocks(str(getattr(props, "uuid", "")))
     info = DeviceInfo(
