@@ -68,8 +68,8 @@ MIN_FIT = 4
 #: residuals, a config ruled out has about a 2% chance of being faster than the best measured.
 SPREADS = 2.0
 #: The least margin, a log time ratio (5%): a handful of residuals can agree by chance, and a
-#: GPU's medians drift by a few percent between sessions (clocks, temperature), which no fit on
-#: one session's measurements shows.
+#: GPU's medians drift by a few percent between runs (clocks, temperature), which no fit on one
+#: run's measurements shows.
 MIN_MARGIN = math.log(1.05)
 
 
