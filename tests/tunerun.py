@@ -47,6 +47,15 @@ def gemm_manifest(entry: str, targets: str = "[sm90]") -> str:
     return _manifest(f"  targets: {targets}\n", "gemm", "gemm", "matmul_kernel", "matmul", "[M, N, K]", entry)
 
 
+def alias_bomb(levels: int = 8) -> str:
+    """YAML anchors each aliasing the one before 9 times: small text, 9**levels nodes once expanded."""
+    lines = ["x_anchors:", "  a: &a [x, x, x, x, x, x, x, x, x]"]
+    for i in range(levels):
+        this, last = chr(98 + i), chr(97 + i)
+        lines.append(f"  {this}: &{this} [" + ", ".join([f"*{last}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
 def subprocess_env(*first_on_path: Path) -> dict[str, str]:
     """This environment with the given folders and the repo first on PYTHONPATH, and without the
     interpreter switch the test session sets (subprocesses compile and launch for real)."""

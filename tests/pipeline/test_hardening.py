@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from tunerun import REPO, doit, make_project, tune, vector_add_manifest
+from tunerun import REPO, alias_bomb, doit, make_project, tune, vector_add_manifest
 
 import aot_tune
 from aot_tune.manifest import load_manifest
@@ -24,16 +24,8 @@ VECTOR_ADD = vector_add_manifest("""\
 """)
 
 
-def _alias_bomb(levels: int = 8) -> str:
-    lines = ["x_anchors:", "  a: &a [x, x, x, x, x, x, x, x, x]"]
-    for i in range(levels):
-        this, last = chr(98 + i), chr(97 + i)
-        lines.append(f"  {this}: &{this} [" + ", ".join([f"*{last}"] * 9) + "]")
-    return "\n".join(lines) + "\n"
-
-
 CASES = {
-    "alias bomb": (lambda m: _alias_bomb() + m, "expands to more than"),
+    "alias bomb": (lambda m: alias_bomb() + m, "expands to more than"),
     "power that never ends": (lambda m: m.replace('"BLOCK_SIZE >= 32 * num_warps"', '"9 ** 9 ** 9 > BLOCK_SIZE"'),
                               "too large"),
     "grid of a million shapes": (lambda m: m.replace("key: [n]", "key: [m, n]").replace(

@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 import pytest
+from tunerun import alias_bomb
 
 from aot_tune.errors import ManifestError, quoted, shorten
 from aot_tune.fingerprint import SourceIndex, measured_dependencies
@@ -63,14 +64,6 @@ def test_a_module_that_is_not_there_is_an_error_at_its_manifest_line(tmp_path):
     with pytest.raises(ManifestError, match=r"^tuning.yaml:6: kernels.vector_add.inputs: cannot find module "
                                             r"'kernels.does_not_exist' under .*; fix: check the module path"):
         build_plan(broken, INTERPRETER_DEVICE, broken.kernels)
-
-
-def alias_bomb(levels: int = 8) -> str:
-    lines = ["x_anchors:", "  a: &a [x, x, x, x, x, x, x, x, x]"]
-    for i in range(levels):
-        this, last = chr(98 + i), chr(97 + i)
-        lines.append(f"  {this}: &{this} [" + ", ".join([f"*{last}"] * 9) + "]")
-    return "\n".join(lines) + "\n"
 
 
 def test_an_alias_bomb_is_refused_at_the_line_where_it_goes_off(tmp_path):
