@@ -35,6 +35,11 @@ from aot_tune.bench.runner import BenchRequest, BenchSettings, ConfigMeasurement
 #: Idle GPU work queued before a check when less than this is queued (``torch.cuda._sleep``),
 #: so the check's and probe's event pairs time the kernel rather than the host issuing it.
 SPACER_MS = 1.0
+#: GPU spinning queued right before every probe, whatever the pass believes is queued: a probe
+#: that finds the GPU idle times the host's launch (0.04 ms for a 0.007 ms GEMM on the H100
+#: host), so the kernel is timed with events, host-bound, and reads 5x slow; and the next
+#: config's check, sized from that probe, finds the GPU idle too.
+PROBE_SPACER_MS = 0.2
 #: A pass finds the next configs' kernels (about 2 ms of host work each on an H100 host) while
 #: at least this much of the running config's timed launches is still queued.
 FIND_MARGIN_MS = 3.0
@@ -291,11 +296,13 @@ class _Check:
             self.probe_set = workload.take_sets(1)
             if self.probe_set == index and workload.rotation.sets > 1:  # the check just read it: warm in L2
                 self.probe_set = workload.take_sets(1)
-            events[2].record()
+            _keep_busy(PROBE_SPACER_MS)
             issued = time.perf_counter()
+            events[2].record()
             run(self.probe_set)
-            self.host_ms = (time.perf_counter() - issued) * 1e3
             events[3].record()
+            # what one events-timed sample costs the host: its launch and both event records
+            self.host_ms = (time.perf_counter() - issued) * 1e3
         except Exception as exc:  # noqa: BLE001 - a config that raises is a result
             self.failure = runtime_error(request, exc)
         self.enqueue_seconds = time.perf_counter() - began
