@@ -126,6 +126,8 @@ def test_uncaptured_launches_share_a_compile_per_specialization_class(tmp_path):
     (work,) = predicted.kernels
     assert (work.compiles_stale, work.compiles_total, work.estimated, work.to_capture) == (6, 6, 6, 9)
     assert predicted.compiles == [model.DEFAULT_COMPILE_S] * 6  # nothing recorded: the typical compile
+    # the 9 captures are split over the 2 compile workers, after their start-up
+    assert predicted.startup_s == pytest.approx(predicted.calibration.startup() + 9 * model.CAPTURE_S / 2)
     assert model.specialization_class(launch_key((300, 1, 4096), "float16")) == "float16:_x1x16"
 
 

@@ -208,3 +208,17 @@ def test_the_cost_model_expects_the_first_batch_and_one_more_where_a_source_exis
         timed.measurements.append(m)
     assert ranked.expected_measurements(candidates, [timed], (64,)) == (
         min(len(candidates), ranked.FIRST_RANKS + ranked.RANKING_CHECKS + ranked.BATCH), 2)
+
+
+
+def test_the_cost_model_expects_no_measurement_of_a_config_the_sources_found_invalid():
+    """On the H200 the paper's GEMM space has 25 configs over the shared memory: an H100 retune
+    compiles them and finds them invalid too, so they cost it no measurement (the dry run counted
+    them as untimed and predicted 550 measurements where 231 were made)."""
+    candidates = [c.id for c in SPACE]
+    source = record("h200")
+    for config in SPACE[1:]:
+        m = Measurement(status="invalid", reason="shared_memory")
+        cache_io.config_to_proto(config.id, config.as_dict(), m.config)
+        source.measurements.append(m)
+    assert ranked.expected_measurements(candidates, [source], (64,)) == (1, 2)
