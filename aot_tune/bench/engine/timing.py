@@ -69,7 +69,7 @@ class ConfigTiming:
 
     def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float, phases: dict[str, float], *,
                  launch: Callable[[int], Any], workload: Workload, gpu_ms: float, host_ms: float,
-                 warmed_ms: float) -> None:
+                 warmed_ms: float, check_ms: float = 0.0) -> None:
         self.request = request
         self.settings = request.settings
         self._clocks, self._error = clocks, error
@@ -90,7 +90,10 @@ class ConfigTiming:
         #: gaps between them), once finished
         self.span_ms = 0.0
         self._failure: ConfigMeasurement | None = None
-        self.method = "graph" if _graph_timed(gpu_ms, host_ms) else "events"
+        # The check launch is a second reading of the kernel's time: a probe inflated by a host
+        # stall (the GPU drained before it) must not alone send a short kernel to events.
+        kernel_ms = min(gpu_ms, check_ms) if check_ms > 0 else gpu_ms
+        self.method = "graph" if _graph_timed(kernel_ms, host_ms) else "events"
 
     # -- capture: host only --------------------------------------------------------------------
     def capture(self, probe_overhead_ms: float = 0.0) -> None:
