@@ -289,7 +289,8 @@ def validate(base: Path, scratch: Path, spec, shapes, dtype, targets, backend, l
 
 # ----------------------------------------------------------------------------- plot
 
-def plot(rows: list[dict], runs: list[dict], validations: list[dict], path: Path, title: str) -> str:
+def plot(rows: list[dict], runs: list[dict], validations: list[dict], path: Path, title: str,
+         targets: tuple[tuple[float, float], ...] = TARGETS) -> str:
     try:
         import matplotlib
 
@@ -313,7 +314,7 @@ def plot(rows: list[dict], runs: list[dict], validations: list[dict], path: Path
                    color="black", zorder=5)
         ax.annotate(f"real {v['label']} {v['budget']}", (100 * v["real"]["time_share"], 100 * (v["real"]["quality"] - 1)),
                     textcoords="offset points", xytext=(6, -10), fontsize=7)
-    for share, ratio in TARGETS:
+    for share, ratio in targets:
         ax.add_patch(plt.Rectangle((0, 0), 100 * share, 100 * (ratio - 1), fill=True, alpha=0.08, color="green"))
     ax.set_xscale("log")
     ax.set_yscale("symlog", linthresh=1.0)

@@ -252,7 +252,8 @@ def report(args) -> int:
     measured = sum(m.status != "invalid" for r in oracle_records for m in r.measurements)
     title = (f"gemm fp16, the paper's 64 shapes x {measured // len(oracle_records)} configs, "
              f"{oracle_records[0].device.name}; replay of the exhaustive oracle, {args.seeds} seeds; stars: real runs")
-    print(pareto.plot(rows, runs, reals, args.out / "whole_benchmark.png", title))
+    print(pareto.plot(rows, runs, reals, args.out / "whole_benchmark.png", title,
+                      targets=((TARGET_SHARE, TARGET_QUALITY),)))
     text = [f"# The whole benchmark: budget against quality", "",
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; oracle {len(oracle_records)} shapes, {measured} measurements, "
             f"{exhaustive_seconds(oracle_records):.1f} s of exhaustive bench time on {oracle_records[0].device.name}", "",
