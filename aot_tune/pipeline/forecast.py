@@ -5,8 +5,9 @@ it beside its wall time and its progress lines take their estimate of what is le
 A run is four parts, added up:
 
 * **start-up**: the compile workers' start-up (the fork server's torch and triton imports) when
-  anything is compiled or a launch's specialization captured (0.5 ms a launch); else the fork
-  server's imports and then the device workers' start-up (they fork from it).
+  anything is compiled or a launch's specialization captured (0.5 ms a launch, split over the
+  compile workers); else the fork server's imports and then the device workers' start-up (they
+  fork from it).
 * **compile**: each stale compile's seconds, list-scheduled longest first over the ``-n``
   workers (as the compile stage runs them). A compile expects its recorded seconds from an
   earlier run (any fingerprint: an edit changes a compile's time far less than its config does),

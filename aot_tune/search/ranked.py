@@ -176,14 +176,14 @@ def expected_measurements(candidates: Sequence[str], records: Sequence[TuningRec
     exact = [r for r in records if record_full_shape(r) == tuple(shape)]
     if not exact:
         return len(candidates), int(bool(candidates))
-    # a config the sources recorded in any state is ranked or ruled out by them; one they found
-    # invalid (shared memory, registers) is expected not to compile here either: no measurement
-    known = {m.config.id for r in exact for m in r.measurements}
+    timed = {m.config.id for r in exact for m in r.measurements if m.status == "ok"}
+    # a config the sources found invalid (shared memory, registers) is expected not to compile
+    # here either: it costs no measurement
     invalid = {m.config.id for r in exact for m in r.measurements if m.status == "invalid"}
     candidates = [c for c in candidates if c not in invalid]
     origins = {_origin(r) for r in exact}
     neighbours = len({record_full_shape(r) for r in records}) - 1
-    untimed = sum(1 for c in candidates if c not in known)
+    untimed = sum(1 for c in candidates if c not in timed)
     first = len(origins) * (FIRST_RANKS + RANKING_CHECKS) + NEIGHBOUR_WINNERS * neighbours + untimed
     return min(len(candidates), first + EXPECTED_LATER_BATCHES * BATCH), 1 + EXPECTED_LATER_BATCHES
 

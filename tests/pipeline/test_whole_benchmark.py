@@ -53,3 +53,12 @@ def test_slices_merge_and_a_budgeted_run_is_judged_against_them(tmp_path):
     table = (out / "report" / "whole_benchmark.md").read_text()
     assert "| random | 1 |" in table and "| surrogate | 2 |" in table and "- real: s2:" in table
     assert "whole_benchmark.png" in report.stdout or "matplotlib is not installed" in report.stdout
+
+
+def test_a_budgeted_run_past_its_deadline_is_stopped_with_its_workers(tmp_path):
+    proc = subprocess.run([*TOOL, "budgeted", "--search", "{strategy: surrogate, budget: {configs: 2}}",
+                           "--project", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--deadline-s", "2",
+                           *SIZES], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "past --deadline-s" in proc.stdout, proc.stdout + proc.stderr
+    assert "stopped at the 2 s deadline" in (tmp_path / "out" / next(
+        p.name for p in (tmp_path / "out").glob("budgeted-*.log"))).read_text()

@@ -33,6 +33,7 @@ import lzma
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -150,12 +151,21 @@ def merge(args) -> int:
 # ----------------------------------------------------------------------------- a budgeted run
 
 def _doit(project: Path, argv: list[str], timeout: float | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """``doit ARGV`` in the project: (wall seconds, the finished process). Past ``timeout`` the
+    run and its workers are killed, and the process reads exit -9 with what it printed."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("TRITON_INTERPRET", None)
     began = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "doit", *argv], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    return time.perf_counter() - began, proc
+    command = [sys.executable, "-m", "doit", *argv]
+    child = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        stdout, stderr = child.communicate()
+        stderr += f"\nwhole_benchmark: stopped at the {timeout:.0f} s deadline (--deadline-s)\n"
+    return time.perf_counter() - began, subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
 
 
 def budgeted(args) -> int:
@@ -176,7 +186,8 @@ def budgeted(args) -> int:
     summary = [line for line in proc.stderr.splitlines() if line.startswith(("compile:", "bench", "search:", "end to end"))]
     print("\n".join(f"  {line}" for line in summary) or proc.stderr[-3000:], flush=True)
     if proc.returncode:
-        print(f"  doit tune failed (exit {proc.returncode}); log {log}", flush=True)
+        print(f"  doit tune failed (exit {proc.returncode}{', past --deadline-s' if proc.returncode == -9 else ''}); "
+              f"log {log}", flush=True)
         return proc.returncode
     records = pareto.bench_records(project, KERNEL)
     out = {"label": label, "search": search, "device": name, "wall_s": wall, "predicted_s": predicted,

@@ -6,11 +6,11 @@
    events time the kernel and not the host issuing it.
    It gives the per-launch GPU time and the host time of one events-timed sample. The rest of
    ``warmup_ms`` (at least ``REWARM_MS``) runs right before the timed launches.
-2. Kernels that are short (under ``GRAPH_BELOW_MS``) or under ``HOST_BOUND_RATIO`` times their events-timed sample on the
-   host are timed as CUDA-graph replays of many launches, so host launch overhead cannot leak
-   into the samples; the others get a pair of CUDA events around each launch. The run count is
-   sized from the probe to fill ``rep_ms`` of GPU time; samples that fall short of
-   ``TOP_UP_BELOW`` of it get more.
+2. Kernels that are short (under ``GRAPH_BELOW_MS``) or under ``HOST_BOUND_RATIO`` times what an
+   events-timed sample costs the host are timed as CUDA-graph replays of many launches, so host
+   launch overhead cannot leak into the samples; the others get a pair of CUDA events around
+   each launch. The run count is sized from the probe to fill ``rep_ms`` of GPU time; samples
+   that fall short of ``TOP_UP_BELOW`` of it get more.
 3. Cold L2 without a flush kernel: timed launches cycle through the shape's rotating input sets
    (aot_tune.bench.engine.workload).
 """
@@ -60,11 +60,11 @@ class ConfigTiming:
     work: ``capture`` (host only: the CUDA graph of a short kernel), ``start`` (queue the rest
     of the warm-up and the timed launches) and ``finish`` (wait for them, read the samples).
 
-    Kernels that are short (under ``GRAPH_BELOW_MS``) or under ``HOST_BOUND_RATIO`` times their events-timed sample on the
-    host are timed as replays of a graph of ``k`` launches over all rotating input sets (so
-    host launch overhead cannot leak into the samples and the cold-L2 property holds inside the
-    graph); the others get a pair of CUDA events around each launch. Sample counts fill
-    ``rep_ms`` of GPU time.
+    Kernels that are short (under ``GRAPH_BELOW_MS``) or under ``HOST_BOUND_RATIO`` times what an
+    events-timed sample costs the host are timed as replays of a graph of ``k`` launches over all
+    rotating input sets (so host launch overhead cannot leak into the samples and the cold-L2
+    property holds inside the graph); the others get a pair of CUDA events around each launch.
+    Sample counts fill ``rep_ms`` of GPU time.
     """
 
     def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float, phases: dict[str, float], *,
