@@ -323,7 +323,7 @@ class _Check:
             return runtime_error(self.request, exc)
         phases = {"check": self.enqueue_seconds + time.perf_counter() - began}
         return ConfigTiming(self.request, clocks, error, phases, launch=self.run, workload=self.workload,
-                            gpu_ms=gpu_ms, host_ms=self.host_ms, warmed_ms=check_ms + gpu_ms, check_ms=check_ms)
+                            gpu_ms=gpu_ms, host_ms=self.host_ms, check_ms=check_ms)
 
 
 def _keep_busy(ms: float) -> None:

@@ -69,7 +69,7 @@ class ConfigTiming:
 
     def __init__(self, request: BenchRequest, clocks: GpuClocks | None, error: float, phases: dict[str, float], *,
                  launch: Callable[[int], Any], workload: Workload, gpu_ms: float, host_ms: float,
-                 warmed_ms: float, check_ms: float = 0.0) -> None:
+                 check_ms: float) -> None:
         self.request = request
         self.settings = request.settings
         self._clocks, self._error = clocks, error
@@ -77,7 +77,8 @@ class ConfigTiming:
         self.phases = phases
         self._launch = launch
         self._rotation, self._take_sets = workload.rotation, workload.take_sets  # the shape's, shared by its configs
-        self._gpu_ms, self._warmed_ms = gpu_ms, warmed_ms
+        self._gpu_ms = gpu_ms
+        self._warmed_ms = check_ms + gpu_ms  # the check and probe launches warmed the kernel up
         self._graph: Any = None
         self._graph_output: Any = None
         self._unwritten: Any = None
