@@ -31,13 +31,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +46,7 @@ from aot_tune import cache as cache_io
 from aot_tune.manifest import SearchSettings, load_manifest
 from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite
 from aot_tune.tuning_schema import TuningCache, TuningRecord
+from tools.studies.doit_runs import run_doit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,22 +114,12 @@ def make_project(where: Path, manifest: str) -> Path:
 def doit_tune(project: Path, backend: str, log: Path, timeout_s: float | None = None) -> tuple[float, bool]:
     """Run `doit tune` in the project; (wall seconds, finished). Past ``timeout_s`` the run and
     its workers are killed: the bench results written so far stay (each is written atomically)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("TRITON_INTERPRET", None)
-    began = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "doit", "tune", "--bench-backend", backend], cwd=project,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        log.write_text(stdout + stderr)
-        wall = time.perf_counter() - began
+    wall, proc, finished = run_doit(project, ["tune", "--bench-backend", backend], timeout_s)
+    stdout, stderr = proc.stdout, proc.stderr
+    log.write_text(stdout + stderr)
+    if not finished:
         print(f"  doit tune: stopped at the deadline after {wall:.1f} s", flush=True)
         return wall, False
-    wall = time.perf_counter() - began
-    log.write_text(stdout + stderr)
     summary = [line for line in stderr.splitlines() if line.startswith(("compile:", "bench:", "search:"))]
     print(f"  doit tune: {wall:.1f} s wall; " + " | ".join(summary), flush=True)
     if proc.returncode != 0:

@@ -33,10 +33,7 @@ import lzma
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -47,6 +44,7 @@ from aot_tune.manifest import load_manifest
 from aot_tune.search.replay import exhaustive_seconds, geomean
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 from tools.studies import pareto
+from tools.studies.doit_runs import run_doit
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = (256, 512, 1024, 4096)
@@ -98,13 +96,13 @@ def oracle(args) -> int:
     print(f"oracle slice {label}: {len(shapes)} shapes, exhaustive, on {name} ({target}); project {project}",
           flush=True)
     wall, finished = pareto.doit_tune(project, backend, args.out / f"oracle-{label}.log", args.deadline_s)
-    records = pareto.bench_records(project, KERNEL)
-    done = {tuple(r.shape) for r in records}
+    wanted = set(shapes)
+    records = [r for r in pareto.bench_records(project, KERNEL) if tuple(r.shape) in wanted]
     path = args.out / f"oracle-{label}.tuning.pb"
-    cache_io.write_cache(cache_io.sorted_cache(r for r in records if tuple(r.shape) in set(shapes)), path)
+    cache_io.write_cache(cache_io.sorted_cache(records), path)
     measured = sum(m.status != "invalid" for r in records for m in r.measurements)
     print(f"oracle slice {label}: {wall:.1f} s wall, {'finished' if finished else 'cut short: run it again'}; "
-          f"{len(done & set(shapes))} of {len(shapes)} shapes, {measured} configs measured, exhaustive bench "
+          f"{len(records)} of {len(shapes)} shapes, {measured} configs measured, exhaustive bench "
           f"time {exhaustive_seconds(records):.1f} s; wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)", flush=True)
     return 0 if finished else 3
 
@@ -134,9 +132,7 @@ def merge(args) -> int:
     capability = records[0].device.compute_capability.replace(".", "")
     target = f"sm{capability}" if capability.isdigit() else "sm90"
     project_for(project, sorted({tuple(r.shape) for r in records}), target)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "doit", "merge-caches", *map(str, (p.resolve() for p in args.slices))],
-                          cwd=project, env=env, capture_output=True, text=True)
+    _, proc, _ = run_doit(project, ["merge-caches", *map(str, (p.resolve() for p in args.slices))])
     print((proc.stdout + proc.stderr).strip())
     if proc.returncode:
         return proc.returncode
@@ -150,24 +146,6 @@ def merge(args) -> int:
 
 # ----------------------------------------------------------------------------- a budgeted run
 
-def _doit(project: Path, argv: list[str], timeout: float | None = None) -> tuple[float, subprocess.CompletedProcess]:
-    """``doit ARGV`` in the project: (wall seconds, the finished process). Past ``timeout`` the
-    run and its workers are killed, and the process reads exit -9 with what it printed."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("TRITON_INTERPRET", None)
-    began = time.perf_counter()
-    command = [sys.executable, "-m", "doit", *argv]
-    child = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        stdout, stderr = child.communicate()
-        stderr += f"\nwhole_benchmark: stopped at the {timeout:.0f} s deadline (--deadline-s)\n"
-    return time.perf_counter() - began, subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
-
-
 def budgeted(args) -> int:
     backend, target, name = local_target(args.backend)
     search = yaml.safe_load(args.search)
@@ -177,16 +155,17 @@ def budgeted(args) -> int:
     label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "-", json.dumps(search, sort_keys=True)).strip("-")
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"budgeted run {label}: {len(args.sizes) ** 3} shapes on {name} ({target}), cold project {project}", flush=True)
-    dry_wall, dry = _doit(project, ["tune", "--dry-run", "--bench-backend", backend], 120)
+    dry_wall, dry, _ = run_doit(project, ["tune", "--dry-run", "--bench-backend", backend], 120)
     predicted = _predicted(dry.stdout + dry.stderr)
     print(f"  dry run: {dry_wall:.1f} s, predicted {predicted} s (exit {dry.returncode})", flush=True)
-    wall, proc = _doit(project, ["tune", "--bench-backend", backend], args.deadline_s)
+    wall, proc, finished = run_doit(project, ["tune", "--bench-backend", backend], args.deadline_s)
     log = args.out / f"budgeted-{label}.log"
-    log.write_text(dry.stdout + dry.stderr + "\n---\n" + proc.stdout + proc.stderr)
+    stopped = "" if finished else f"\nwhole_benchmark: stopped at the {args.deadline_s:.0f} s deadline (--deadline-s)\n"
+    log.write_text(dry.stdout + dry.stderr + "\n---\n" + proc.stdout + proc.stderr + stopped)
     summary = [line for line in proc.stderr.splitlines() if line.startswith(("compile:", "bench", "search:", "end to end"))]
     print("\n".join(f"  {line}" for line in summary) or proc.stderr[-3000:], flush=True)
     if proc.returncode:
-        print(f"  doit tune failed (exit {proc.returncode}{', past --deadline-s' if proc.returncode == -9 else ''}); "
+        print(f"  doit tune failed (exit {proc.returncode}{'' if finished else ', past --deadline-s'}); "
               f"log {log}", flush=True)
         return proc.returncode
     records = pareto.bench_records(project, KERNEL)
@@ -222,11 +201,12 @@ def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run:
     total = exhaustive_seconds(oracle_records)
     share = seconds / total
     predicted = run.get("predicted_s")
-    return {**run, "shapes": len(records), "quality": geomean(ratios), "worst_shape": max(ratios),
+    quality = geomean(ratios)
+    return {**run, "shapes": len(records), "quality": quality, "worst_shape": max(ratios),
             "same_pick": sum(r == 1.0 for r in ratios), "time_share": share, "search_seconds": seconds,
             "exhaustive_seconds": total, "configs_measured": measured,
             "dry_run_error": None if not predicted else predicted / run["wall_s"] - 1,
-            "met": {"share": share <= TARGET_SHARE, "quality": geomean(ratios) <= TARGET_QUALITY,
+            "met": {"share": share <= TARGET_SHARE, "quality": quality <= TARGET_QUALITY,
                     "wall": run["wall_s"] <= TARGET_WALL_S,
                     "dry_run": bool(predicted) and abs(predicted / run["wall_s"] - 1) <= 0.25}}
 
@@ -265,7 +245,7 @@ def report(args) -> int:
              f"{oracle_records[0].device.name}; replay of the exhaustive oracle, {args.seeds} seeds; stars: real runs")
     print(pareto.plot(rows, runs, reals, args.out / "whole_benchmark.png", title,
                       targets=((TARGET_SHARE, TARGET_QUALITY),)))
-    text = [f"# The whole benchmark: budget against quality", "",
+    text = ["# The whole benchmark: budget against quality", "",
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; oracle {len(oracle_records)} shapes, {measured} measurements, "
             f"{exhaustive_seconds(oracle_records):.1f} s of exhaustive bench time on {oracle_records[0].device.name}", "",
             pareto.table(rows), "", *(f"- real: {r['line']}" for r in reals)]
