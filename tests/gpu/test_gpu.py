@@ -52,6 +52,18 @@ kernels:
 """
 
 
+def measured(tmp_path, *batches, timeout_s: float = 60.0) -> list[dict]:
+    """Each batch measured in turn on one lease of a fresh one-GPU pool: config id -> result."""
+    from aot_tune.bench.local.pool import DevicePool
+
+    pool = DevicePool("cuda", 1, str(tmp_path / "triton-cache"))
+    try:
+        with pool.lease() as lease:
+            return [{r.config_id: r for r in lease.measure_all(batch, timeout_s)} for batch in batches]
+    finally:
+        pool.close()
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     project = make_project(tmp_path_factory.mktemp("gpu-project"), MANIFEST)
@@ -193,18 +205,12 @@ def test_a_fault_in_a_pipelined_pass_is_pinned_on_its_config(tmp_path):
     only the faulty config is recorded as crashed and the good ones around it are timed."""
     from tunerun import planted
 
-    from aot_tune.bench.local.pool import DevicePool
     from aot_tune.manifest import BenchSettings
 
     settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
     batch = [planted(fault, block, n=1 << 20, settings=settings)
              for fault, block in ((0, 256), (1, 256), (0, 512), (3, 256), (0, 1024), (0, 2048))]
-    pool = DevicePool("cuda", 1, str(tmp_path / "triton-cache"))
-    try:
-        with pool.lease() as lease:
-            results = {r.config_id: r for r in lease.measure_all(batch, 60.0)}
-    finally:
-        pool.close()
+    (results,) = measured(tmp_path, batch)
     assert {config_id: r.status for config_id, r in results.items()} == {
         "fault0-block256": "ok", "fault1-block256": "wrong_result", "fault0-block512": "ok",
         "fault3-block256": "crashed", "fault0-block1024": "ok", "fault0-block2048": "ok"}, results
@@ -219,7 +225,6 @@ def test_a_workers_first_graph_timed_configs_read_like_its_later_ones(tmp_path):
 
     from tunerun import REPO
 
-    from aot_tune.bench.local.pool import DevicePool
     from aot_tune.bench.runner import BenchRequest
     from aot_tune.manifest import BenchSettings
 
@@ -229,12 +234,7 @@ def test_a_workers_first_graph_timed_configs_read_like_its_later_ones(tmp_path):
                           shape=(("n", 65536),), dtype="float16", config_id=f"block{block}-warps{warps}",
                           config=(("BLOCK_SIZE", block), ("num_warps", warps), ("num_stages", 1)), settings=settings)
              for block, warps in ((256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 8))]
-    pool = DevicePool("cuda", 1, str(tmp_path / "triton-cache"))
-    try:
-        with pool.lease() as lease:
-            passes = [{r.config_id: r for r in lease.measure_all(batch, 60.0)} for _ in range(2)]
-    finally:
-        pool.close()
+    passes = measured(tmp_path, batch, batch)
     first, second = ({i: statistics.median(r.times_ms) for i, r in p.items() if r.ok} for p in passes)
     assert len(first) == len(second) == len(batch), passes
     assert all(passes[0][i].method == "graph" for i in first), passes[0]
@@ -250,7 +250,6 @@ def test_kernels_about_as_short_as_their_launch_read_the_same_from_first_sample_
 
     from tunerun import REPO
 
-    from aot_tune.bench.local.pool import DevicePool
     from aot_tune.bench.runner import BenchRequest
     from aot_tune.manifest import BenchSettings
 
@@ -263,12 +262,7 @@ def test_kernels_about_as_short_as_their_launch_read_the_same_from_first_sample_
                           config=(("BLOCK_M", m), ("BLOCK_N", n), ("BLOCK_K", k), ("GROUP_M", 8),
                                   ("num_stages", 3), ("num_warps", w)), settings=settings)
              for m, n, k, w in tiles]
-    pool = DevicePool("cuda", 1, str(tmp_path / "triton-cache"))
-    try:
-        with pool.lease() as lease:
-            results = {r.config_id: r for r in lease.measure_all(batch, 120.0)}
-    finally:
-        pool.close()
+    (results,) = measured(tmp_path, batch, timeout_s=120.0)
     assert all(r.ok for r in results.values()), results
     for config_id, r in results.items():
         quarter = len(r.times_ms) // 4
@@ -288,7 +282,6 @@ def test_a_short_kernel_reads_its_gpu_time_not_its_host_launch(tmp_path):
 
     from tunerun import REPO
 
-    from aot_tune.bench.local.pool import DevicePool
     from aot_tune.bench.runner import BenchRequest
     from aot_tune.manifest import BenchSettings
 
@@ -298,19 +291,13 @@ def test_a_short_kernel_reads_its_gpu_time_not_its_host_launch(tmp_path):
     configs = {f"{'x'.join(map(str, shape))}-{m}x{n}x{k}-s{st}-w{w}": (shape, {
         "BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "num_stages": st, "num_warps": w})
         for shape, (m, n, k, st, w) in cases}
-    pool = DevicePool("cuda", 1, str(tmp_path / "triton-cache"))
-    try:
-        with pool.lease() as lease:
-            results = {}
-            for shape in sorted({shape for shape, _ in configs.values()}):
-                batch = [BenchRequest(kernel="gemm", root=str(REPO), launch_ref="kernels.gemm:matmul",
-                                      inputs_ref="kernels.gemm:make_inputs", reference_ref="kernels.gemm:reference",
-                                      shape=tuple(zip("MNK", shape)), dtype="float16", config_id=config_id,
-                                      config=tuple(config.items()), settings=settings)
-                         for config_id, (s, config) in configs.items() if s == shape]
-                results.update({r.config_id: r for r in lease.measure_all(batch, 120.0)})
-    finally:
-        pool.close()
+    batches = [[BenchRequest(kernel="gemm", root=str(REPO), launch_ref="kernels.gemm:matmul",
+                             inputs_ref="kernels.gemm:make_inputs", reference_ref="kernels.gemm:reference",
+                             shape=tuple(zip("MNK", shape)), dtype="float16", config_id=config_id,
+                             config=tuple(config.items()), settings=settings)
+                for config_id, (s, config) in configs.items() if s == shape]
+               for shape in sorted({shape for shape, _ in configs.values()})]
+    results = {k: r for batch in measured(tmp_path, *batches, timeout_s=120.0) for k, r in batch.items()}
     code = textwrap.dedent("""
         import json, sys, torch
         from kernels import gemm
