@@ -327,6 +327,50 @@ def test_a_short_kernel_reads_its_gpu_time_not_its_host_launch(tmp_path):
         assert median < 1.5 * own[config_id], (config_id, r.method, median, own[config_id])
 
 
+def test_an_events_timed_config_whose_samples_read_short_is_timed_again_as_graph_replays():
+    """A host stall before both the check and the probe of a 0.035 ms GEMM once sent it to events
+    timing, host-bound, where it read 0.090 ms. Here a short GEMM's check and probe are read as
+    0.5 ms: its events samples say it is short, so it must be timed again as graph replays and
+    read about what graph replays read for it with honest check and probe times."""
+    import statistics
+
+    from tunerun import REPO
+
+    from aot_tune.bench.engine.pipeline import _Check
+    from aot_tune.bench.engine.timing import ConfigTiming
+    from aot_tune.bench.engine.workload import Workload
+    from aot_tune.bench.runner import BenchRequest
+    from aot_tune.manifest import BenchSettings
+
+    settings = BenchSettings(warmup_ms=2.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)
+    request = BenchRequest(kernel="gemm", root=str(REPO), launch_ref="kernels.gemm:matmul",
+                           inputs_ref="kernels.gemm:make_inputs", reference_ref="kernels.gemm:reference",
+                           shape=(("M", 1024), ("N", 512), ("K", 512)), dtype="float16", config_id="short",
+                           config=(("BLOCK_M", 64), ("BLOCK_N", 64), ("BLOCK_K", 64), ("GROUP_M", 8),
+                                   ("num_stages", 3), ("num_warps", 4)), settings=settings)
+    workload = Workload(request, "cuda")
+    workload.rotation_for(settings, 50 * 2**20)
+
+    def timing(inflated_ms: float | None) -> tuple[ConfigTiming, object]:
+        check = _Check(request, workload, gpu_busy=False).read(None)
+        assert isinstance(check, ConfigTiming), check
+        if inflated_ms is not None:  # as if a host stall had held both launches back
+            check = ConfigTiming(request, None, 0.0, {}, launch=check._launch, workload=workload,
+                                 gpu_ms=inflated_ms, host_ms=0.01, check_ms=inflated_ms)
+        method = check.method
+        check.capture()
+        check.start()
+        return check, (method, check.finish())
+
+    honest, (honest_method, honest_result) = timing(None)
+    stalled, (stalled_method, stalled_result) = timing(0.5)
+    assert honest_method == "graph" and honest_result.ok, honest_result
+    assert stalled_method == "events" and stalled.retimed, stalled_result
+    assert stalled_result.ok and stalled_result.method == "graph", stalled_result
+    honest_ms, stalled_ms = statistics.median(honest_result.times_ms), statistics.median(stalled_result.times_ms)
+    assert abs(stalled_ms / honest_ms - 1) < 0.15, (honest_ms, stalled_ms)
+
+
 def test_the_shipped_fp8_table_answers_each_scale_mode_on_this_gpu():
     """generated/fp8_gemm.py, as checked in: on a GPU it has a table for, each tuned shape's launch
     finds its exact entry (fp8_w8a8 from the tensors' dtypes, per_row from the scales), and the
