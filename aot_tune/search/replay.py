@@ -3,7 +3,8 @@
 One exhaustive run keeps every sample of every config (the bench outputs under
 ``.aot_tune/bench/``). Any strategy and budget can then be replayed over those records without
 a GPU: the same search code (aot_tune.search.strategies) runs, and each probe is answered from the record
-of its config. A full probe gets the recorded measurement; a short probe (a share ``f`` of
+of its config; a config invalid in the record is reported invalid when the search reaches it, as
+a real run compiles it on demand then. A full probe gets the recorded measurement; a short probe (a share ``f`` of
 rep_ms) gets the first ``max(MIN_SAMPLES, ceil(f * n))`` of its ``n`` samples, which is what a
 short run of the same engine takes (same warm-up, fewer timed samples), priced at the recorded
 seconds less the timed phase it skips. A shape's first probe also pays what building the
@@ -30,7 +31,7 @@ from aot_tune.bench.engine.timing import MIN_SAMPLES
 from aot_tune.cache import config_from_proto, record_full_shape, set_samples
 from aot_tune.manifest import SearchSettings
 from aot_tune.search import ranked
-from aot_tune.search.strategies import run_search, source_from_record, transfer_plan
+from aot_tune.search.strategies import known_verdicts, run_search, source_from_record, transfer_plan
 from aot_tune.select import choose
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
@@ -147,7 +148,7 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
         return answer
 
     shape = record_full_shape(record)
-    result = run_search(settings, candidates, invalid, measure,
+    result = run_search(settings, candidates, known_verdicts(invalid), measure,
                         [source_from_record(s, shape) for s in sources], clock)
     searched = TuningRecord(kernel=record.kernel, shape=list(shape), dtype=record.dtype)
     searched.measurements.extend(result.measurements[k] for k in sorted(result.measurements))

@@ -41,6 +41,13 @@ fixed by the manifest's shapes alone, never by which task finished first on whic
 gives the same records whatever the scheduling; records name the shapes and configs that
 seeded them.
 
+Compile verdicts are lazy. A search asks for a config's verdict (did it compile for the bench's
+targets?) only when it is about to measure it, through a ``Verdicts`` callback: the bench stage
+compiles an adaptive search's configs on demand there (aot_tune.pipeline.session), a replay
+reads them off its record. A config that failed is an ``invalid`` measurement, costs nothing and
+the search carries on past it; nothing a strategy chooses depends on a verdict it has not asked
+for, so a search gives the same records whichever compiles happened to have landed before it.
+
 Everything here is pure Python and gets its measurements through a callback, so the same code
 runs in the bench stage (real measurements) and in aot_tune.search.replay (recorded samples).
 """
@@ -86,6 +93,21 @@ Measure = Callable[[Config, float], Measurement]
 #: [(config, share of rep_ms), ...] -> their measurements in that order, measured as one batch
 #: (pipelined on the device: each measurement's seconds is its share of the batch's wall time).
 MeasureBatch = Callable[[Sequence[tuple[Config, float]]], list[Measurement]]
+#: The configs a search is about to measure (none measured before) -> the ids of those whose
+#: compile failed, with the reason. Asked once per config, just before its first measurement.
+Verdicts = Callable[[Sequence[Config]], Mapping[str, str]]
+
+
+def known_verdicts(invalid: Mapping[str, str]) -> Verdicts:
+    """The verdicts of a search whose compiles are all known (a replay: its record's invalid configs)."""
+    return lambda configs: {c.id: invalid[c.id] for c in configs if c.id in invalid}
+
+
+def compiles_on_demand(settings: SearchSettings) -> bool:
+    """Whether a search's compiles wait until it asks to measure their configs: every strategy
+    but ``exhaustive`` and a ``random`` draw under a configs budget, whose configs are known up
+    front (``up_front``) and compiled by the compile stage like an exhaustive bench's."""
+    return not settings.exhaustive and not (settings.strategy == "random" and settings.budget_configs is not None)
 
 
 def seeded_order(configs: Sequence[Config], seed: int) -> list[Config]:
@@ -94,9 +116,10 @@ def seeded_order(configs: Sequence[Config], seed: int) -> list[Config]:
 
 
 def up_front(settings: SearchSettings, candidates: Sequence[Config]) -> tuple[Config, ...]:
-    """The configs a search may measure, as far as is known before it runs (what the compile
-    stage builds): ``random`` with a configs budget draws them up front; the adaptive
-    strategies, and any search under a seconds budget, may reach every candidate."""
+    """The configs a search may measure, as far as is known before it runs: ``random`` with a
+    configs budget draws them up front (the compile stage builds them); the adaptive strategies,
+    and any search under a seconds budget, may reach every candidate (compiled on demand,
+    ``compiles_on_demand``)."""
     if settings.strategy == "random" and settings.budget_configs is not None:
         return tuple(seeded_order(candidates, settings.seed)[:settings.budget_configs])
     return tuple(candidates)
@@ -114,72 +137,116 @@ def covers(record: TuningRecord, configs: Sequence[Config]) -> bool:
 
 @dataclass
 class SearchResult:
-    measurements: dict[str, Measurement]   # the latest measurement of each config, invalid ones too
-    configs_measured: int
+    measurements: dict[str, Measurement]   # the latest measurement of each config reached, invalid ones too
+    configs_measured: int                   # distinct configs measured (not the invalid ones, but in random)
     seconds: float                          # spent against the budget
     compute_seconds: float                  # of which the strategy's own compute
     seeded_by: list[Seed] = field(default_factory=list)
 
 
 class SearchRun:
-    """One shape's search in progress: spends the budget and keeps each config's latest measurement."""
+    """One shape's search in progress: spends the budget, asks for compile verdicts as it reaches
+    configs, and keeps each config's latest measurement."""
 
-    def __init__(self, settings: SearchSettings, measure: Measure, invalid: Mapping[str, str],
+    def __init__(self, settings: SearchSettings, measure: Measure, verdicts: Verdicts,
                  clock: Callable[[], float] = time.perf_counter, measure_batch: MeasureBatch | None = None) -> None:
         self.settings = settings
         self._measure = measure
         self._measure_batch = measure_batch
-        self._invalid = invalid
+        self._verdicts = verdicts
         self._clock = clock
         self._mark = clock()
         self.latest: dict[str, Measurement] = {}
+        self.failed: set[str] = set()  # configs whose compile failed (their measurement is invalid)
         self.measured_seconds = 0.0
         self.compute_seconds = 0.0
 
     @property
     def configs_measured(self) -> int:
-        return len(self.latest)
+        """Distinct configs measured; a failed compile counts only in ``random`` (its draw is fixed)."""
+        if self.settings.strategy == "random":
+            return len(self.latest)
+        return len(self.latest) - len(self.failed)
 
     @property
     def seconds(self) -> float:
         self._charge_compute()
         return self.measured_seconds + self.compute_seconds
 
+    def _spent(self) -> bool:
+        budget_seconds = self.settings.budget_seconds
+        return budget_seconds is not None and self.seconds >= budget_seconds
+
+    def _room(self) -> float:
+        """New configs the configs budget still allows."""
+        budget_configs = self.settings.budget_configs
+        return math.inf if budget_configs is None else budget_configs - self.configs_measured
+
+    def _sort_out(self, configs: Sequence[Config]) -> list[Config]:
+        """Ask for the verdicts of ``configs`` (new ones); record the failed ones as invalid
+        measurements and return the others. The wait for their compiles is no search time."""
+        self._charge_compute()
+        verdicts = self._verdicts(configs)
+        self._mark = self._clock()
+        valid = []
+        for config in configs:
+            reason = verdicts.get(config.id)
+            if reason is None:
+                valid.append(config)
+            else:
+                self.latest[config.id] = invalid_measurement(config, reason)
+                self.failed.add(config.id)
+        return valid
+
     def measure(self, config: Config, share: float = 1.0) -> Measurement | None:
         """Measure ``config`` with ``share`` of rep_ms; None once the budget is spent (a config
-        measured before may always be timed again under a configs budget)."""
-        budget_seconds, budget_configs = self.settings.budget_seconds, self.settings.budget_configs
-        if budget_seconds is not None and self.seconds >= budget_seconds:
+        measured before may always be timed again under a configs budget). A config whose
+        compile failed gives its invalid measurement, for free."""
+        if self._spent():
             return None
-        if budget_configs is not None and config.id not in self.latest and self.configs_measured >= budget_configs:
-            return None
-        if config.id in self._invalid:
-            m = invalid_measurement(config, self._invalid[config.id])
-        else:
-            self._charge_compute()
-            m = self._measure(config, share)
-            self._mark = self._clock()
-            self.measured_seconds += m.seconds
+        if config.id in self.failed:
+            return self.latest[config.id]
+        if config.id not in self.latest:
+            if self._room() <= 0:
+                return None
+            if not self._sort_out([config]):
+                return self.latest[config.id]
+        self._charge_compute()
+        m = self._measure(config, share)
+        self._mark = self._clock()
+        self.measured_seconds += m.seconds
         self.latest[config.id] = m
         return m
 
     def measure_batch(self, configs: Sequence[Config], share: float = 1.0) -> bool:
-        """Measure ``configs`` with ``share`` of rep_ms as one batch: as many as the configs
-        budget allows, none once the seconds budget is spent. False when the budget cut it short."""
-        budget_seconds, budget_configs = self.settings.budget_seconds, self.settings.budget_configs
-        if budget_seconds is not None and self.seconds >= budget_seconds:
+        """Measure ``configs`` with ``share`` of rep_ms as one batch: in their order, as many as
+        the configs budget allows (the failed compiles among them free, so the budget reaches
+        further into ``configs``), none once the seconds budget is spent. False when the budget
+        cut it short."""
+        if self._spent():
             return False
-        allowed, new = [], set()
-        for config in dict.fromkeys(configs):
-            if config.id not in self.latest and config.id not in new:
-                if budget_configs is not None and self.configs_measured + len(new) >= budget_configs:
-                    break
-                new.add(config.id)
-            allowed.append(config)
-        for config in allowed:
-            if config.id in self._invalid:
-                self.latest[config.id] = invalid_measurement(config, self._invalid[config.id])
-        probes = [(config, share) for config in allowed if config.id not in self._invalid]
+        wanted = list(dict.fromkeys(configs))
+        taken: list[Config] = []  # to measure, in order: new valid configs and re-timings
+        position = 0
+        while position < len(wanted):
+            new: list[Config] = []
+            room = self._room() - sum(1 for c in taken if c.id not in self.latest)
+            while position < len(wanted):
+                config = wanted[position]
+                if config.id not in self.latest:
+                    if len(new) >= room:
+                        break
+                    new.append(config)
+                elif config.id not in self.failed:
+                    taken.append(config)
+                position += 1
+            if not new:
+                break
+            valid = {c.id for c in self._sort_out(new)}
+            taken += [c for c in new if c.id in valid]
+        order = {c.id: i for i, c in enumerate(wanted)}
+        taken.sort(key=lambda c: order[c.id])
+        probes = [(config, share) for config in taken]
         if probes:
             self._charge_compute()
             if self._measure_batch is not None:
@@ -190,7 +257,7 @@ class SearchRun:
             for (config, _), m in zip(probes, measured, strict=True):
                 self.measured_seconds += m.seconds
                 self.latest[config.id] = m
-        return len(allowed) == len(dict.fromkeys(configs))
+        return position == len(wanted)
 
     def _charge_compute(self) -> None:
         now = self._clock()
@@ -205,40 +272,36 @@ def invalid_measurement(config: Config, reason: str) -> Measurement:
     return m
 
 
-def run_search(settings: SearchSettings, candidates: Sequence[Config], invalid: Mapping[str, str],
+def run_search(settings: SearchSettings, candidates: Sequence[Config], verdicts: Verdicts | Mapping[str, str],
                measure: Measure, sources: Sequence[Source] = (),
                clock: Callable[[], float] = time.perf_counter,
                measure_batch: MeasureBatch | None = None) -> SearchResult:
-    """Search one shape's candidates with a strategy other than exhaustive. ``invalid`` maps the
-    ids of candidates whose compile failed to the reason; ``sources`` are neighbouring shapes'
-    results (for ``ranked``, the cache's records of other devices and toolchains).
-    ``measure_batch``, if given, measures the configs a strategy chooses together (the
-    surrogate's batches) in one go; without it they are measured one by one with ``measure``."""
+    """Search one shape's candidates with a strategy other than exhaustive. ``verdicts`` gives
+    the compile verdicts of the configs the search is about to measure (a mapping of the failed
+    ones' ids to the reason, when all are known: consulted as lazily); ``sources`` are
+    neighbouring shapes' results (for ``ranked``, the cache's records of other devices and
+    toolchains). ``measure_batch``, if given, measures the configs a strategy chooses together
+    (the surrogate's batches) in one go; without it they are measured one by one with ``measure``."""
     if settings.exhaustive:
         raise ValueError("exhaustive is not a budgeted search; the bench stage measures every config")
-    run = SearchRun(settings, measure, invalid, clock, measure_batch)
+    if isinstance(verdicts, Mapping):
+        verdicts = known_verdicts(verdicts)
+    run = SearchRun(settings, measure, verdicts, clock, measure_batch)
     sources = sorted(sources, key=lambda s: (s.distance, s.shape)) if settings.strategy != "random" \
         and settings.transfer else []
-    usable = [c for c in candidates if c.id not in invalid]
     seeded: list[Seed] = []
     if settings.strategy == "random":
         _random(run, candidates)
     elif settings.strategy == "successive_halving":
-        _successive_halving(run, usable, sources, seeded)
+        _successive_halving(run, candidates, sources, seeded)
     elif settings.strategy == "surrogate":
-        _surrogate(run, usable, sources, seeded)
+        _surrogate(run, candidates, sources, seeded)
     elif settings.strategy == "ranked":
-        search_ranked(run, usable, sources, seeded, candidate_digest(candidates))
+        search_ranked(run, candidates, sources, seeded, candidate_digest(candidates))
     else:
         raise ValueError(f"unknown search strategy {settings.strategy!r}")
-    seconds = run.seconds
-    measurements = dict(run.latest)
-    counted = run.configs_measured
-    if settings.strategy != "random":  # every candidate was compiled: its failures are known and free
-        for config in candidates:
-            if config.id in invalid and config.id not in measurements:
-                measurements[config.id] = invalid_measurement(config, invalid[config.id])
-    return SearchResult(measurements, counted, seconds, run.compute_seconds, seeded)
+    # the candidates it never reached were never asked about: their compiles may never have run
+    return SearchResult(dict(run.latest), run.configs_measured, run.seconds, run.compute_seconds, seeded)
 
 
 def _random(run: SearchRun, candidates: Sequence[Config]) -> None:

@@ -150,13 +150,27 @@ def test_random_measures_its_draw_and_a_drawn_config_that_failed_to_compile_coun
     assert (SPACE[0].id in result.measurements) == (SPACE[0] in draw)  # only drawn failures are listed
 
 
-def test_adaptive_strategies_skip_invalid_configs_for_free_and_list_them():
+@pytest.mark.parametrize("strategy", ["successive_halving", "surrogate"])
+def test_adaptive_strategies_ask_verdicts_only_of_configs_they_reach_and_carry_on_past_failures(strategy):
     times = {c.id: landscape(c) for c in SPACE}
     invalid = {c.id: "shared_memory: too big" for c in SPACE if c.as_dict()["A"] == 128}
+    asked: list[str] = []
+
+    def verdicts(configs):  # what the bench stage does: compile these now, report the failures
+        assert not set(asked) & {c.id for c in configs}, "a verdict is asked once"
+        asked.extend(c.id for c in configs)
+        return {c.id: invalid[c.id] for c in configs if c.id in invalid}
+
     bench = Bench(times)
-    result = run_search(SearchSettings("surrogate", 15), SPACE, invalid, bench, clock=still_clock)
-    assert not {c for c, _ in bench.calls} & set(invalid)
-    assert result.configs_measured == 15 and sum(m.status == "invalid" for m in result.measurements.values()) == 72
+    result = run_search(SearchSettings(strategy, 15), SPACE, verdicts, bench, clock=still_clock)
+    failed = {cid for cid, m in result.measurements.items() if m.status == "invalid"}
+    assert not {c for c, _ in bench.calls} & set(invalid)  # never launched
+    assert failed and failed <= set(invalid)  # the search reached some failures ...
+    assert result.configs_measured == 15 == len(result.measurements) - len(failed)  # ... and they were free
+    assert set(asked) == set(result.measurements) and len(asked) < len(SPACE)  # the rest never compiled
+    # the same records when every verdict was known before the search (a replay, a warm rerun)
+    again = run_search(SearchSettings(strategy, 15), SPACE, invalid, Bench(times), clock=still_clock)
+    assert again.measurements == result.measurements and again.configs_measured == 15
 
 
 # -- successive halving -----------------------------------------------------------------------------
