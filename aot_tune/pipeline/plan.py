@@ -82,8 +82,14 @@ class BenchUnit:
 
     @cached_property
     def probes(self) -> tuple[Config, ...]:
-        """The configs this bench may measure, so the ones to compile (all but for random draws)."""
+        """The configs this bench may measure (all but for random draws)."""
         return self.configs if self.search.exhaustive else search.up_front(self.search, self.configs)
+
+    @property
+    def compiles_on_demand(self) -> bool:
+        """Whether its configs are compiled when its search asks to measure them, not by the
+        compile stage (an adaptive budgeted search: aot_tune.search.strategies.compiles_on_demand)."""
+        return search.compiles_on_demand(self.search)
 
 
 @dataclass

@@ -11,10 +11,9 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
-from aot_tune.search import strategies as search
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 from aot_tune.cache import record_full_shape
 from aot_tune.build.compile import CompileRequest
@@ -26,17 +25,16 @@ from aot_tune.manifest import BenchSettings
 from aot_tune.build.compile import CompileRecord, read_compile_result
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
-from aot_tune.pipeline.recording import (assemble_record, measurement_proto, no_config_passed, ranked_from,
-                                         search_proto, share_out)
+from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, ranked_from, share_out
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims, DeviceHold, landed_waves
 from aot_tune.pipeline.stragglers import StragglerJudge, Stragglers
-from aot_tune.pipeline import specializing
+from aot_tune.pipeline import searching, specializing
 from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.progress import Progress
 from aot_tune.space import Config
 from aot_tune.build.specialize import launch_key
-from aot_tune.tuning_schema import Measurement, TuningRecord
+from aot_tune.tuning_schema import TuningRecord
 
 if TYPE_CHECKING:
     from aot_tune.pipeline.forecast import Forecast
@@ -81,6 +79,8 @@ class TuneSession:
         self._spans_lock = threading.Lock()
         self.searched: dict[str, Counter[str]] = {}  # strategy and budget -> shapes, configs, seconds
         self.claims = CompileClaims()
+        self.compiled_on_demand = 0  # compiles the budgeted searches ran as they reached their configs
+        self.on_demand_candidates: dict[str, CompileUnit] = {}  # the compiles those searches could have asked for
         self.stragglers = Stragglers()  # compiles in flight, and the benches' verdicts on the slow ones
         self._compile_results: dict[str, object] = {}  # compile unit -> its landed result (_compile_result)
         self.batches = 0  # the batches benches sent to device workers
@@ -110,7 +110,8 @@ class TuneSession:
         """Start the workers the stale tasks will need now, before doit runs the first of them:
         compile workers if any compile is stale, device workers if any bench is (they start while
         the compiles run)."""
-        if self.progress.get("compile") and self.progress["compile"].total:
+        if self.progress.get("compile") and self.progress["compile"].total or \
+                any(self.staleness.compiles_on_demand(kp) for kp in self.plan.kernels):
             self.executors.start_compiles()
         if self.progress.get("bench") and self.progress["bench"].total:
             self.executors.devices.start()
@@ -142,7 +143,8 @@ class TuneSession:
         if self._driver is not None:
             self._driver.shutdown(wait=False, cancel_futures=True)
 
-    def _compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
+    def _compile(self, kp: KernelPlan, unit: CompileUnit, on_demand: bool = False) -> None:
+        """Compile ``unit`` and write its record; ``on_demand``: for a search that reached its config."""
         if "bench" in self.progress and self.progress["bench"].total:
             self.executors.devices.start()  # device workers start while the compiles run
         spec = kp.spec
@@ -162,11 +164,12 @@ class TuneSession:
             self.seconds["slowest valid compile"] = max(self.seconds["slowest valid compile"], result.seconds)
         self.record_span("compile", began, time.time())
         self.compile_status[result.status] += 1
+        self.compiled_on_demand += on_demand
         record = CompileRecord(unit.fingerprint, unit.config.as_dict(), unit.specialization,
                                [launch_key(s, d) for s, d in unit.launches], result)
         write_atomic(unit.output, record.to_json())
-        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {unit.specialization} {result.status}",
-                                         unit.name, result.seconds)
+        self.progress["compile"].advance(f"{unit.kernel} {unit.target} {unit.specialization} {result.status}"
+                                         + (" (on demand)" if on_demand else ""), unit.name, result.seconds)
 
     # -- bench -----------------------------------------------------------------------------
     def bench(self, kp: KernelPlan, unit: BenchUnit) -> StageFailure | None:
@@ -190,9 +193,12 @@ class TuneSession:
                 if unit.search.exhaustive:  # the baselines ride along with the last batch of configs
                     baselines = Baselines(unit, wanted, make_request, planned.__contains__)
                     entries, fresh = self._measure_all(kp, unit, hold, previous, device, baselines)
-                else:  # a search needs every compile's verdict before it starts
-                    waiting, _ = time.perf_counter(), list(self._landed(kp, unit, list(unit.probes), device))
-                    self.seconds["waited for compiles"] += time.perf_counter() - waiting
+                else:  # adaptive: compiles on demand (aot_tune.pipeline.searching); a random draw: all first
+                    if not unit.compiles_on_demand:
+                        waiting, _ = time.perf_counter(), list(self._landed(kp, unit, list(unit.probes), device))
+                        self.seconds["waited for compiles"] += time.perf_counter() - waiting
+                    else:
+                        self.on_demand_candidates.update(searching.candidate_compiles(kp, unit, device))
                     entries, fresh, search_info = self._search(kp, unit, hold, previous, device)
                     baselines = Baselines(unit, wanted, make_request,
                                           lambda cid: cid in entries and not entries[cid].short_rep_ms)
@@ -307,8 +313,8 @@ class TuneSession:
 
     def _may_win(self, kp: KernelPlan, unit: CompileUnit) -> bool | None:
         """Whether an exhaustive bench of this run may still pick this compile's config; None when
-        none uses the compile (another GPU target, a dtype only GPUs measure; a budgeted search,
-        which waits for every verdict before it starts, judges no straggler)."""
+        none uses the compile (another GPU target, a dtype only GPUs measure; a budgeted search
+        judges no straggler: it waits for the compiles of the configs it asks to measure)."""
         benches = [b for launch in unit.launches for b in kp.benches_for(launch)
                    if b.search.exhaustive and unit.target in kp.bench_targets(self.plan.device_of(b))
                    and self.staleness.measures(kp, b, unit.config)]
@@ -338,62 +344,10 @@ class TuneSession:
 
     def _search(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
                 device: DeviceModel):
-        """Run the unit's budgeted search. The configs it chooses together (the surrogate's
-        batches) are measured as one pipelined batch, like the exhaustive path's. A probe the
-        previous record under this fingerprint already answers (same config, same timing length)
-        is taken from it: after a change of the candidates the search replays, and only its new
-        probes reach the GPU."""
-        bench = kp.spec.bench
-        invalid = self._invalid_configs(kp, unit, list(unit.probes))
-        earlier = {(m.config.id, m.short_rep_ms): m for m in previous.measurements
-                   if m.status != "invalid"} if previous else {}
-        fresh: list[ConfigMeasurement] = []
-        reused = 0
-
-        def measure_batch(probes) -> list[Measurement]:
-            """The probes the previous record lacks as one pipelined batch on the device, its wall
-            time shared out as the exhaustive path shares it; the others taken from that record."""
-            nonlocal reused
-            answers: dict[str, Measurement] = {}
-            requests, lengths = [], {}
-            for config, share in probes:
-                short_rep_ms = bench.rep_ms * share if share < 1 else 0.0
-                known = earlier.get((config.id, short_rep_ms))
-                if known is not None:
-                    reused += 1
-                    answers[config.id] = known
-                    continue
-                settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
-                requests.append(self._request(kp, unit, config, settings, device))
-                lengths[config.id] = (config, short_rep_ms)
-            if requests:
-                timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
-                measured, seconds = _measure_batch(hold, requests, timeout_s)
-                for m in measured:
-                    config, short_rep_ms = lengths[m.config_id]
-                    fresh.append(m)
-                    answers[m.config_id] = measurement_proto(m, config, seconds[m.config_id], short_rep_ms)
-            return [answers[config.id] for config, _ in probes]
-
-        def measure(config: Config, share: float) -> Measurement:
-            return measure_batch([(config, share)])[0]
-
-        sources = [search.source_from_record(r, unit.shape) for r in self._source_records(kp, unit)]
-        result = search.run_search(unit.search, unit.configs, invalid, measure, sources, measure_batch=measure_batch)
-        return result.measurements, fresh, search_proto(unit, result, reused)
+        return searching.search_shape(self, kp, unit, hold, previous, device)
 
     def _source_records(self, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
-        """The finished records of the shapes seeding this one (their bench tasks ran first); for
-        ``ranked``, the cache's records of other devices and fingerprints (aot_tune.search.ranked)."""
-        if unit.search.strategy == "ranked":
-            return self.staleness.ranked_sources(kp, unit)
-        records = []
-        for shape in unit.sources:
-            source = kp.bench_of((shape, unit.dtype), unit.device)
-            record = self.staleness.previous_record(kp, source) if source is not None else None
-            if record is not None:
-                records.append(record)
-        return records
+        return searching.source_records(self, kp, unit)
 
     def _request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
                  device: DeviceModel) -> BenchRequest:

@@ -23,7 +23,7 @@ from aot_tune.cache import CheckedCache, Mismatch, record_full_shape
 from aot_tune.build.compile import read_compile_result
 from aot_tune.fingerprint import MeasuredOn, bench_fingerprint
 from aot_tune.manifest import KernelSpec
-from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
+from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Launch, Plan
 from aot_tune.search import ranked, strategies as search
 from aot_tune.space import Config
 from aot_tune.tuning_schema import TuningCache, TuningRecord
@@ -154,12 +154,28 @@ class Staleness:
         return bool(unit.baselines_fingerprint) and not _has_baselines(self.previous_record(kp, unit), unit)
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
-        """A compile runs only when it has no result yet and a bench of one of its launches still
-        has to measure its config, or one of its launches is compile-only."""
+        """Whether the compile stage runs this compile: it has no result yet, and one of its
+        launches needs it up front (``launch_compile``). A compile only adaptive searches need
+        is theirs to run when they reach its config: its compile task is up to date."""
         if read_compile_result(unit.output, unit.fingerprint) is not None:
             return False
-        return any(launch in kp.compile_only or any(self.measures(kp, b, unit.config) for b in kp.benches_for(launch))
-                   for launch in unit.launches)
+        return any(self.launch_compile(kp, launch, unit.config) == "up front" for launch in unit.launches)
+
+    def launch_compile(self, kp: KernelPlan, launch: Launch, config: Config) -> str:
+        """When a launch of ``config`` is compiled: "up front" (by the compile stage) when the
+        launch is compile-only or a bench of it still has to measure the config and does not
+        compile on demand; else "on demand" when an adaptive search of it may still reach the
+        config (``BenchUnit.compiles_on_demand``); else "" (not needed)."""
+        if launch in kp.compile_only:
+            return "up front"
+        benches = [b for b in kp.benches_for(launch) if self.measures(kp, b, config)]
+        if any(not b.compiles_on_demand for b in benches):
+            return "up front"
+        return "on demand" if benches else ""
+
+    def compiles_on_demand(self, kp: KernelPlan) -> bool:
+        """Whether a bench of this kernel that is not done compiles its configs on demand."""
+        return any(b.compiles_on_demand and not self.bench_done(kp, b) for b in kp.bench_units)
 
     def launches_to_specialize(self, kp: KernelPlan) -> list[tuple[str, tuple[int, ...], str, Config]]:
         """Unspecialized launches whose config a bench still has to measure, and the compile-only

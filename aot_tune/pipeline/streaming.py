@@ -10,14 +10,16 @@ bench claims it and runs it itself. Every compile runs once: the first to claim 
 others wait for it (``CompileClaims``); a compile that raised is reported by the benches that
 needed it. The record does not depend on the waves: a record holds its measurements sorted by
 config id, and every config is measured once either way. While it waits, a bench lets its device
-go (``DeviceHold``), so that a bench whose configs have landed measures meanwhile.
+go (``DeviceHold``), so that a bench whose configs have landed measures meanwhile. An adaptive
+budgeted search does not stream: its compiles are not queued, it runs them as it reaches their
+configs (``CompileClaims.run_all``, aot_tune.pipeline.searching).
 """
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
@@ -70,6 +72,20 @@ class CompileClaims:
         with self._lock:
             done = self._done[name]
         done.wait()
+
+    def run_all(self, works: Sequence[tuple[str, Callable[[], None]]], jobs: int) -> None:
+        """Run each ``work`` whose name nobody claimed yet, up to ``jobs`` at a time on threads
+        of their own, and wait for the claimants of the others: when it returns, every one of
+        them has finished (a compile that raised is in ``errors``)."""
+        mine = [(name, work, done) for name, work in works if (done := self._claim(name)) is not None]
+        if mine:
+            with ThreadPoolExecutor(min(max(1, jobs), len(mine)), thread_name_prefix="aot_tune-on-demand") as pool:
+                for name, work, done in mine:
+                    pool.submit(self._run, name, work, done)
+        for name, _ in works:
+            with self._lock:
+                done = self._done[name]
+            done.wait()
 
     def failures(self, names: Iterable[str]) -> str:
         """What the compiles of ``names`` raised (one line), or ""."""

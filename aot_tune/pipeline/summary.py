@@ -58,6 +58,11 @@ def run_summary(session: TuneSession) -> str:
         by_reason = ", ".join(f"{k} {v}" for k, v in invalid.items()) or "none"
         lines.append(f"compile: {total} compiled, {session.compile_status['ok']} valid, "
                      f"{sum(invalid.values())} invalid ({by_reason}); {session.seconds['compile']:.1f}s of worker time")
+    if session.on_demand_candidates:
+        candidates = session.on_demand_candidates.values()
+        never = sum(1 for unit in candidates if not session._compile_landed(unit))
+        lines.append(f"compile on demand: {session.compiled_on_demand} compiled as the budgeted searches reached "
+                     f"their configs; {never} of the {len(candidates)} compiles of their candidates never needed")
     if session.baseline_status:
         measured = ", ".join(f"{k} {v}" for k, v in sorted(session.baseline_status.items()))
         lines.append(f"baselines: {measured}")

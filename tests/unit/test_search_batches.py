@@ -52,7 +52,7 @@ def session_and_unit(budget: int):
     kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
                                                                   l2_flush_bytes=None)))
     unit = SimpleNamespace(search=SearchSettings("surrogate", budget, seed=1), configs=tuple(CONFIGS),
-                           probes=tuple(CONFIGS), shape=(1024,))
+                           probes=tuple(CONFIGS), shape=(1024,), compiles_on_demand=False)  # compiled already
     return session, kp, unit, SimpleNamespace(backend="cuda")
 
 

@@ -84,6 +84,41 @@ def test_a_scheduled_compile_returns_at_once_and_a_failure_is_reported_to_its_be
     assert claims.finished("u") and claims.failures(["u", "v"]) == "u failed: OSError: disk full"
 
 
+def test_run_all_runs_the_unclaimed_side_by_side_and_waits_for_the_claimed_ones():
+    """A search's batch on demand: its unclaimed compiles run at once, in parallel; one another
+    bench claimed is waited for, not run again; one that raised is reported, not lost."""
+    claims, lock = CompileClaims(), threading.Lock()
+    running, most, ran = [0], [0], []
+    other_started, other_release = threading.Event(), threading.Event()
+
+    def compile_(name):
+        def work():
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            threading.Event().wait(0.2)
+            with lock:
+                running[0] -= 1
+                ran.append(name)
+            if name == "bad":
+                raise OSError("disk full")
+        return work
+
+    other = threading.Thread(target=claims.run_once,
+                             args=("theirs", lambda: (other_started.set(), other_release.wait(10), ran.append("theirs"))))
+    other.start()
+    other_started.wait(10)
+    threading.Timer(0.5, other_release.set).start()
+    names = ["a", "b", "bad", "theirs"]
+    claims.run_all([(name, compile_(name)) for name in names], jobs=3)
+    assert sorted(ran) == sorted(names) and ran.count("theirs") == 1  # theirs ran once, by its claimant
+    assert all(claims.finished(name) for name in names) and most[0] == 3
+    assert claims.failures(names) == "bad failed: OSError: disk full"
+    claims.run_all([("a", compile_("again"))], jobs=3)  # finished before: nothing runs
+    assert "again" not in ran
+    other.join(10)
+
+
 def test_the_record_does_not_depend_on_the_waves():
     """Measured in one batch or in waves as compiles land, a bench task records the same
     measurements (but for each one's share of its batch's wall time) and picks the same config."""
