@@ -7,10 +7,12 @@ bench stage shares. Runs in compile worker processes (see executors.py); nothing
 """
 from __future__ import annotations
 
+import os
+import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -250,3 +252,43 @@ def _one_line(exc: BaseException) -> str:
 
 def _short_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(exc), exc)).strip()[:500]
+
+
+class CompileHistory:
+    """The compile outputs one kernel's earlier runs left (any fingerprint, any specialization),
+    read on first use: what a (target, config) took and whether it compiled."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._paths: dict[str, dict[str, list[Path]]] = {}  # target -> config id -> outputs
+        self._records: dict[Path, CompileRecord | None] = {}
+
+    def records(self, target: str, config_id: str) -> list[CompileRecord]:
+        if target not in self._paths:
+            found: dict[str, list[Path]] = {}
+            for spec in _folders(self.folder / target):
+                for entry in os.scandir(spec):
+                    if entry.name.endswith(".json"):
+                        found.setdefault(entry.name[:-5], []).append(Path(entry.path))
+            self._paths[target] = found
+        for path in self._paths[target].get(config_id, ()):
+            if path not in self._records:
+                self._records[path] = CompileRecord.read(path)
+        return [r for r in (self._records[p] for p in self._paths[target].get(config_id, ())) if r is not None]
+
+    def seconds(self, target: str, config_id: str) -> float | None:
+        """The median seconds this config's compiles for ``target`` took, or None if never compiled."""
+        seconds = [float(r.result.seconds) for r in self.records(target, config_id)]
+        return statistics.median(seconds) if seconds else None
+
+    def invalid(self, targets: Iterable[str], config_id: str) -> bool:
+        """Whether the config failed to compile for the targets a bench needs, every time it was compiled."""
+        results = [r.result for t in targets for r in self.records(t, config_id)]
+        return bool(results) and not any(r.valid for r in results)
+
+
+def _folders(path: Path) -> list[str]:
+    try:
+        return [entry.path for entry in os.scandir(path) if entry.is_dir()]
+    except OSError:
+        return []

@@ -48,6 +48,9 @@ def describe(result: Forecast) -> list[str]:
         lines.append(f"{work.kernel}:")
         lines.append(f"  compile  {work.compiles_stale} of {about}{work.compiles_total} stale "
                      f"({', '.join(work.targets)}){guessed}")
+        if work.on_demand_candidates:
+            lines.append(f"  compile  about {work.on_demand} more on demand, as the budgeted searches reach their "
+                         f"configs (of {work.on_demand_candidates} candidate compiles not made yet)")
         if work.to_capture:
             lines.append(f"  capture  {work.to_capture} launches' specializations (estimated here)")
         for device in work.devices.values():
@@ -71,7 +74,8 @@ def describe(result: Forecast) -> list[str]:
         f"compile   {result.compile_s:.1f} s  {len(result.compiles)} compiles over {result.compile_jobs} workers, "
         f"longest first (the longest {max(result.compiles, default=0.0):.1f} s)",
         f"bench     {result.bench_s:.1f} s  {measurements} measurements, {device_s:.1f} s of device time on "
-        f"{devices}, beyond the compile part",
+        f"{devices}, beyond the compile part" + (f"; with about {len(result.on_demand)} compiles on demand "
+                                                 f"({sum(result.on_demand):.1f} s)" if result.on_demand else ""),
         f"rest      {result.rest_s:.1f} s  planning, merge, generate",
         f"predicted {result.predicted_s:.1f} s ({source})",
     ]

@@ -27,7 +27,12 @@ A run is four parts, added up:
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
   start once the first compile landed and the device workers are up, and end no sooner than the
-  last compile plus one measurement per bench (budgeted searches wait for all their compiles).
+  last compile plus one measurement per bench (a random draw under a configs budget waits for
+  all its compiles). An adaptive search compiles on demand (aot_tune.pipeline.searching): per
+  target, as many compiles as its stale benches needing the target are expected to measure
+  configs, summed, at most the candidates not compiled yet, each at their mean predicted
+  seconds; they are list-scheduled over the compile workers and added to the bench part (the
+  searches wait for them).
 * **rest**: planning, merge and generate.
 
 The overheads and start-ups are calibrated from the last runs on the same backend in
@@ -39,13 +44,11 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from aot_tune.build.compile import (CompileRecord, compile_time_estimate, expected_compile_seconds,
+from aot_tune.build.compile import (CompileHistory, compile_time_estimate, expected_compile_seconds,
                                     read_compile_result, recorded_compile_seconds)
 from aot_tune.build.deadline import CompileDeadline
 from aot_tune.build.specialize import launch_key
@@ -173,6 +176,8 @@ class KernelWork:
     compiles_stale: int = 0
     compiles_total: int = 0
     estimated: int = 0  # compiles of launches whose specialization is not captured yet, guessed
+    on_demand: int = 0  # compiles the adaptive searches are expected to run as they reach configs
+    on_demand_candidates: int = 0  # compiles of those searches' candidates not compiled yet
     to_capture: int = 0
     devices: dict[str, DeviceWork] = field(default_factory=dict)
 
@@ -190,6 +195,7 @@ class Forecast:
     bench_s: float = 0.0
     rest_s: float = 0.0
     compiles: list[float] = field(default_factory=list)  # each stale compile's predicted seconds
+    on_demand: list[float] = field(default_factory=list)  # each expected on-demand compile's seconds
     #: (kernel, target, config id) -> a stale compile's predicted seconds (any specialization)
     compile_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
     #: bench task name -> its predicted device seconds
@@ -206,7 +212,7 @@ class Forecast:
     @property
     def idle(self) -> bool:
         """Nothing to compile, capture or measure: the run has nothing to do."""
-        return not (self.compiles or self.bench_seconds or any(k.to_capture for k in self.kernels))
+        return not (self.compiles or self.on_demand or self.bench_seconds or any(k.to_capture for k in self.kernels))
 
     def task_seconds(self, unit: CompileUnit | BenchUnit) -> float | None:
         """A stale task's predicted seconds (a compile's, or a bench's device seconds)."""
@@ -228,7 +234,13 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
         work = KernelWork(kp.spec.name, kp.targets)
         result.kernels.append(work)
         earlier = _earlier_seconds(staleness, kp) if calibration.backend != "cuda" else {}
-        for (target, config_id), seconds in _compile_seconds(kp, staleness, history, work, calibration, deadline):
+        candidates: dict[str, list[float]] = {}  # target -> the on-demand candidates' predicted seconds
+        expected: dict[str, int] = {}  # target -> configs the adaptive searches needing it are expected to measure
+        for (target, config_id), seconds, later in _compile_seconds(kp, staleness, history, work, calibration,
+                                                                    deadline):
+            if later:
+                candidates.setdefault(target, []).append(seconds)
+                continue
             result.compiles.append(seconds)
             key = (kp.spec.name, target, config_id)
             result.compile_seconds[key] = max(seconds, result.compile_seconds.get(key, 0.0))
@@ -250,6 +262,13 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
                 exhaustive.setdefault(unit.device, []).append((device_s, measured))
             else:
                 budgeted.setdefault(unit.device, []).append(device_s)
+            if unit.compiles_on_demand:
+                for target in targets:
+                    expected[target] = expected.get(target, 0) + configs
+        for target, seconds in _on_demand(candidates, expected).items():
+            result.on_demand += seconds
+            work.on_demand += len(seconds)
+        work.on_demand_candidates = sum(len(s) for t, s in candidates.items() if expected.get(t))
     _assemble(result, exhaustive, budgeted)
     return result
 
@@ -268,7 +287,7 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
     calibration = result.calibration
     capture = sum(k.to_capture for k in result.kernels)
     compile_wall, first_landing = list_schedule(result.compiles, result.compile_jobs)
-    if result.compiles or capture:
+    if result.compiles or result.on_demand or capture:
         # the captures are split over the compile workers (aot_tune.pipeline.specializing)
         result.startup_s = calibration.startup() + capture * CAPTURE_S / result.compile_jobs
         # device workers start with the first compile (after a capture), else with the run
@@ -290,7 +309,8 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
         bench_end = max(bench_end, max(first_landing, device_wait) + wall,
                         compile_wall + sum(searches) / count + tail)
     result.compile_s = compile_wall
-    result.bench_s = max(0.0, bench_end - compile_wall)
+    # the benches wait for their on-demand compiles (side by side, on every compile worker)
+    result.bench_s = max(0.0, bench_end - compile_wall) + list_schedule(result.on_demand, result.compile_jobs)[0]
     result.rest_s = _known(calibration.rest_s, DEFAULT_REST_S)
 
 
@@ -322,7 +342,7 @@ def specialization_class(key: str) -> str:
     return f"{dtype}:{'x'.join(parts)}"
 
 
-def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: "CompileHistory", work: KernelWork,
+def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: CompileHistory, work: KernelWork,
                      calibration: Calibration, deadline: CompileDeadline) -> list[tuple[tuple[str, str], float]]:
     """Each stale compile's (target, config id) and predicted seconds; counts them in ``work``.
     The compile units the plan knows are stale as the compile stage decides it; a launch not
@@ -331,6 +351,9 @@ def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: "CompileHist
     known = {(u.target, u.specialization, u.config.id): u for u in kp.compile_units}
     stale = {key: (u.config, recorded_compile_seconds(u.output)) for key, u in known.items()
              if staleness.compile_needed(kp, u)}
+    on_demand = {key: (u.config, recorded_compile_seconds(u.output)) for key, u in known.items()
+                 if key not in stale and read_compile_result(u.output, u.fingerprint) is None
+                 and any(staleness.launch_compile(kp, launch, u.config) for launch in u.launches)}
     needed = set(staleness.launches_to_specialize(kp))
     classes: dict[tuple[str, str], dict[str, str]] = {}  # (target, class) -> config id -> specialization
     for target, launches in (kp.specializations.by_target.items() if kp.specializations else ()):
@@ -348,55 +371,29 @@ def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: "CompileHist
                 key in guessed or read_compile_result(known[key].output, known[key].fingerprint) is None):
             recorded = history.seconds(target, config.id) if key in guessed else \
                 recorded_compile_seconds(known[key].output)
-            stale[key] = (config, recorded)
+            when = staleness.launch_compile(kp, (shape, dtype), config)
+            (stale if when == "up front" else on_demand)[key] = (config, recorded)
+            if when == "up front":
+                on_demand.pop(key, None)
     work.compiles_total, work.estimated, work.to_capture = len(known) + len(guessed), len(guessed), len(needed)
     work.compiles_stale = len(stale)
-    keys = list(stale)
+    keys = [*stale, *on_demand]
+    found = {**on_demand, **stale}
     seconds = expected_compile_seconds(
-        [compile_time_estimate(stale[k][0].as_dict(), kp.spec.compile_cost) for k in keys],
-        [stale[k][1] for k in keys], _known(calibration.compile_s, DEFAULT_COMPILE_S))
+        [compile_time_estimate(found[k][0].as_dict(), kp.spec.compile_cost) for k in keys],
+        [found[k][1] for k in keys], _known(calibration.compile_s, DEFAULT_COMPILE_S))
     caps = {target: deadline.seconds([s for k, s in zip(keys, seconds) if k[0] == target])
             for target in {k[0] for k in keys}}
-    return [((k[0], k[2]), min(s, caps[k[0]])) for k, s in zip(keys, seconds)]
+    return [((k[0], k[2]), min(s, caps[k[0]]), k not in stale) for k, s in zip(keys, seconds)]
 
 
-class CompileHistory:
-    """The compile outputs one kernel's earlier runs left (any fingerprint, any specialization),
-    read on first use: what a (target, config) took and whether it compiled."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._paths: dict[str, dict[str, list[Path]]] = {}  # target -> config id -> outputs
-        self._records: dict[Path, CompileRecord | None] = {}
-
-    def records(self, target: str, config_id: str) -> list[CompileRecord]:
-        if target not in self._paths:
-            found: dict[str, list[Path]] = {}
-            for spec in _folders(self.folder / target):
-                for entry in os.scandir(spec):
-                    if entry.name.endswith(".json"):
-                        found.setdefault(entry.name[:-5], []).append(Path(entry.path))
-            self._paths[target] = found
-        for path in self._paths[target].get(config_id, ()):
-            if path not in self._records:
-                self._records[path] = CompileRecord.read(path)
-        return [r for r in (self._records[p] for p in self._paths[target].get(config_id, ())) if r is not None]
-
-    def seconds(self, target: str, config_id: str) -> float | None:
-        """The median seconds this config's compiles for ``target`` took, or None if never compiled."""
-        return _median([float(r.result.seconds) for r in self.records(target, config_id)])
-
-    def invalid(self, targets: Iterable[str], config_id: str) -> bool:
-        """Whether the config failed to compile for the targets a bench needs, every time it was compiled."""
-        results = [r.result for t in targets for r in self.records(t, config_id)]
-        return bool(results) and not any(r.valid for r in results)
-
-
-def _folders(path: Path) -> list[str]:
-    try:
-        return [entry.path for entry in os.scandir(path) if entry.is_dir()]
-    except OSError:
-        return []
+def _on_demand(candidates: dict[str, list[float]], expected: dict[str, int]) -> dict[str, list[float]]:
+    """The compiles adaptive searches are expected to run on demand, per target: as many as the
+    configs their stale benches needing that target are expected to measure, summed (shapes
+    that share a specialization share compiles, so this leans high), at most the candidates not
+    compiled yet; each at the candidates' mean predicted seconds."""
+    return {target: [statistics.fmean(seconds)] * min(len(seconds), expected.get(target, 0))
+            for target, seconds in candidates.items() if seconds and expected.get(target, 0)}
 
 
 def search_plan(search: SearchSettings, candidates: int) -> tuple[list[tuple[int, float]], int]:

@@ -81,6 +81,32 @@ def test_known_compiles_and_bench_settings_add_up_to_the_prediction(compiled_bef
     assert predicted.predicted_s == pytest.approx(model.DEFAULT_STARTUP_S["cuda"] + 4.0 + tail + model.DEFAULT_REST_S)
 
 
+@pytest.mark.parametrize("budget, expected", [(1, 2), (2, 3)])
+def test_an_adaptive_search_predicts_compiles_on_demand_not_every_candidate(compiled_before, budget, expected):
+    """2 shapes sharing one specialization, 3 candidates: the surrogate is expected to compile as
+    many configs as its searches measure (budget x 2 shapes), at most the 3 candidates, on demand."""
+    from aot_tune.commands.dry_run import describe
+
+    manifest = compiled_before / "tuning.yaml"
+    manifest.write_text(manifest.read_text() + f"    search: {{strategy: surrogate, budget: {{configs: {budget}}}}}\n")
+    plan, staleness = plan_of(compiled_before)
+    predicted = model.forecast(plan, staleness, compile_jobs=2)
+    (work,) = predicted.kernels
+    assert (work.compiles_stale, work.on_demand, work.on_demand_candidates) == (0, expected, 3)
+    assert predicted.compiles == [] and predicted.on_demand == [pytest.approx(7.0 / 3)] * expected  # their mean
+    assert predicted.compile_s == 0.0
+    lines = describe(predicted)
+    assert f"  compile  about {expected} more on demand, as the budgeted searches reach their configs " \
+           f"(of 3 candidate compiles not made yet)" in lines
+    # the benches wait for them: 2 workers side by side, on top of the measurements
+    assert predicted.bench_s >= model.list_schedule(predicted.on_demand, 2)[0] and lines[-1].startswith("predicted ")
+    manifest.write_text(manifest.read_text().replace("strategy: surrogate", "strategy: random"))  # a draw: up front
+    plan, staleness = plan_of(compiled_before)
+    (work,) = model.forecast(plan, staleness, compile_jobs=2).kernels
+    drawn = {c.id for u in plan.kernels[0].bench_units for c in u.probes}  # the same draw for every shape
+    assert (work.compiles_stale, work.on_demand) == (len(drawn), 0) and len(drawn) == budget
+
+
 def test_more_workers_and_a_deadline_shorten_the_compile_part(compiled_before):
     plan, staleness = plan_of(compiled_before)
     assert model.forecast(plan, staleness, compile_jobs=3).compile_s == 4.0
