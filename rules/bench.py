@@ -1,6 +1,7 @@
 """bench: one task per (kernel, shape, dtype, device model), streaming behind the compiles (no
 task_dep on them: it measures its configs as their compiles land, aot_tune.pipeline.streaming;
-a budgeted search starts once all of them have), after the shapes that seed a search with transfer."""
+an adaptive budgeted search compiles what it reaches, aot_tune.pipeline.searching), after the shapes
+that seed a search with transfer."""
 from __future__ import annotations
 
 from typing import Iterator

@@ -1,5 +1,6 @@
 """compile: one task per (kernel, config, specialization, target): it queues its compile for the
-compile worker pool and returns (the bench tasks wait for the compiles they need)."""
+compile worker pool and returns (the bench tasks wait for the compiles they need). A compile only
+adaptive budgeted searches need is up to date here: they run it on demand (aot_tune.pipeline.searching)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -17,7 +18,7 @@ def tasks(session) -> Iterator[dict]:
         lambda item: recorded_compile_seconds(item[1].output) if item[1].name in stale else None)
     session.start_stage("compile", len(stale), [u for _, u in units if u.name in stale])
     yield {"basename": "compile", "name": None,
-           "doc": "AOT-compile every candidate config per specialization and GPU target (all CPU cores)"}
+           "doc": "AOT-compile the candidate configs per specialization and GPU target (all CPU cores)"}
     for kp, unit in units:
         yield {
             "basename": "compile",

@@ -17,7 +17,7 @@ from tunerun import REPO, subprocess_env
 from aot_tune import cache as cache_io
 from aot_tune.search import strategies as search
 from aot_tune.manifest import SearchSettings
-from aot_tune.search.replay import exhaustive_seconds, replay_suite, short_measurement
+from aot_tune.search.replay import exhaustive_seconds, replay_shape, replay_suite, short_measurement
 from aot_tune.select import choose
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
@@ -76,6 +76,35 @@ def test_a_budget_as_large_as_the_space_replays_the_exhaustive_picks():
         assert result.quality == 1.0 and result.worst == 1.0
         assert result.seconds == pytest.approx(expected[strategy], rel=0.05)  # plus the strategy's compute
     assert expected["surrogate"] < 0.5 * expected["random"]
+
+
+@pytest.mark.parametrize("strategy", ["successive_halving", "surrogate"])
+def test_a_replay_meets_failed_compiles_as_a_run_compiling_on_demand_does(strategy):
+    """The replay asks for the verdicts the bench stage would compile on demand: the failures it
+    reaches are listed and free, the others never asked about, and the search is the one a run
+    that compiles on demand makes (whatever it knew before)."""
+    from aot_tune.search.strategies import run_search
+
+    record = exhaustive_record((1024,), invalid=12)  # BLOCK 64 with any warps: every 64-config fails
+    settings = SearchSettings(strategy, 9, seed=1)
+    _, searched = replay_shape(record, settings, clock=lambda: 0.0)
+    failed = {m.config.id for m in searched.measurements if m.status == "invalid"}
+    listed = {m.config.id for m in record.measurements if m.status == "invalid"}
+    assert failed and failed < listed  # reached some, not every failure of the space
+    assert sum(m.status != "invalid" for m in searched.measurements) == 9
+    by_id = {m.config.id: m for m in record.measurements}
+    asked = []
+
+    def on_demand(configs):  # the bench stage: compile these now, report the failures
+        asked.extend(c.id for c in configs)
+        return {c.id: by_id[c.id].reason for c in configs if by_id[c.id].status == "invalid"}
+
+    def measure(config, share):
+        return by_id[config.id] if share >= 1 else short_measurement(by_id[config.id], share, 20)
+
+    real = run_search(settings, CONFIGS, on_demand, measure, clock=lambda: 0.0)
+    assert set(real.measurements) == {m.config.id for m in searched.measurements} == set(asked)
+    assert {cid for cid, m in real.measurements.items() if m.status == "invalid"} == failed
 
 
 def test_budgeted_replays_cost_their_probes_and_short_timings_cost_less():
