@@ -218,29 +218,34 @@ class SearchRun:
         self.latest[config.id] = m
         return m
 
-    def measure_batch(self, configs: Sequence[Config], share: float = 1.0) -> bool:
+    def measure_batch(self, configs: Sequence[Config], share: float = 1.0, fill: int | None = None) -> bool:
         """Measure ``configs`` with ``share`` of rep_ms as one batch: in their order, as many as
         the configs budget allows (the failed compiles among them free, so the budget reaches
-        further into ``configs``), none once the seconds budget is spent. False when the budget
-        cut it short."""
+        further into ``configs``), none once the seconds budget is spent. With ``fill``,
+        ``configs`` are new ones in order of preference, and the batch is their first ``fill``
+        that compile: a design or a model's round keeps its size whichever of its configs fail.
+        False when the budget cut it short."""
         if self._spent():
             return False
         wanted = list(dict.fromkeys(configs))
         taken: list[Config] = []  # to measure, in order: new valid configs and re-timings
         position = 0
+        cut = False  # the configs budget ran out before the batch did
         while position < len(wanted):
             new: list[Config] = []
-            room = self._room() - sum(1 for c in taken if c.id not in self.latest)
+            budget_room = self._room() - sum(1 for c in taken if c.id not in self.latest)
+            fill_room = math.inf if fill is None else fill - len(taken)
             while position < len(wanted):
                 config = wanted[position]
                 if config.id not in self.latest:
-                    if len(new) >= room:
+                    if len(new) >= min(budget_room, fill_room):
                         break
                     new.append(config)
-                elif config.id not in self.failed:
+                elif config.id not in self.failed and fill is None:
                     taken.append(config)
                 position += 1
             if not new:
+                cut = position < len(wanted) and budget_room <= 0 < fill_room
                 break
             valid = {c.id for c in self._sort_out(new)}
             taken += [c for c in new if c.id in valid]
@@ -257,7 +262,7 @@ class SearchRun:
             for (config, _), m in zip(probes, measured, strict=True):
                 self.measured_seconds += m.seconds
                 self.latest[config.id] = m
-        return position == len(wanted)
+        return not cut
 
     def _charge_compute(self) -> None:
         now = self._clock()
@@ -354,8 +359,9 @@ def _screen(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Sour
     budget_seconds = run.settings.budget_seconds
     stop = budget_seconds * SCREEN_SECONDS_SHARE if budget_seconds is not None else math.inf
     first = transfer_first(sources, candidates, TRANSFER_WINNERS["surrogate"], seeded)
-    if not run.measure_batch(maximin_design(order, max(INITIAL_DESIGN, len(first)), first or order[:1]),
-                             SCREEN_SHARE):
+    size = max(INITIAL_DESIGN, len(first))
+    # twice the design, in maximin order: the configs that fail to compile give way to the next
+    if not run.measure_batch(maximin_design(order, 2 * size, first or order[:1]), SCREEN_SHARE, fill=size):
         return
     model = AdditiveModel(varying_params(candidates))
     prior = [(source.shape, config, math.log(t), SOURCE_WEIGHT * math.exp(-source.distance))
@@ -369,7 +375,9 @@ def _screen(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Sour
                for config in candidates if config.id in run.latest and passed(run.latest[config.id])]
         model.fit(prior + own)
         untried.sort(key=lambda c: (model.predict(c), rank[c.id]))
-        if not run.measure_batch(_batch(untried, _incumbent(run, candidates)), SCREEN_SHARE):
+        batch = _batch(untried, _incumbent(run, candidates))
+        # the model's next favourites stand in for the configs of the batch that fail to compile
+        if not run.measure_batch([*batch, *untried], SCREEN_SHARE, fill=len(batch)):
             return
 
 

@@ -173,6 +173,27 @@ def test_adaptive_strategies_ask_verdicts_only_of_configs_they_reach_and_carry_o
     assert again.measurements == result.measurements and again.configs_measured == 15
 
 
+def test_a_surrogate_design_and_round_keep_their_size_when_some_of_their_configs_fail_to_compile():
+    """The design's and each round's configs that fail to compile give way to the next ones of
+    the design's order and the model's ranking: the surrogate still screens INITIAL_DESIGN, then
+    BATCH valid configs at a time, as it did when failures were filtered out before it started."""
+    times = {c.id: landscape(c) for c in SPACE}
+    invalid = {c.id: "shared_memory: too big" for c in SPACE if c.as_dict()["A"] == 128}
+    batches: list[list[str]] = []
+
+    def measure_batch(probes):
+        batches.append([config.id for config, _ in probes])
+        return [Bench(times)(config, share) for config, share in probes]
+
+    result = run_search(SearchSettings("surrogate", 20), SPACE, invalid, Bench(times), clock=still_clock,
+                        measure_batch=measure_batch)
+    failed = [cid for cid, m in result.measurements.items() if m.status == "invalid"]
+    assert failed, "the design or a round reached a config that fails"
+    assert not {cid for batch in batches for cid in batch} & set(invalid)
+    assert [len(b) for b in batches[:-1]] == [search.INITIAL_DESIGN] + [search.BATCH] * 3  # 8 + 3 x 4 = 20
+    assert len(batches[-1]) == search.FINALISTS and result.configs_measured == 20
+
+
 # -- successive halving -----------------------------------------------------------------------------
 
 def test_successive_halving_times_short_then_promotes_the_best_third_twice():
