@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aot_tune.cache import Mismatch, record_full_shape
-from aot_tune.search.transfer import TRANSFER_REACH, Seed, Source, passed, transfer_first
+from aot_tune.search.transfer import TRANSFER_REACH, Seed, Source, passed, source_from_record, transfer_first
 from aot_tune.space import Config
 from aot_tune.tuning_schema import TuningRecord
 
@@ -147,14 +147,10 @@ def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequenc
     if not rankers:
         run.measure_batch(candidates)
         return
-    neighbours = [s for s in sources if 0 < s.distance <= TRANSFER_REACH]
     timed = {c.id for s in rankers for c, _ in s.times}
     ruled_out = {c.id for s in rankers if s.candidates == candidate_set for c in candidates
                  if c.id not in s.measured and c.id not in timed}
-    first = [*transfer_first(rankers, candidates, FIRST_RANKS, seeded),
-             *(c for s in rankers for c in _ranking_checks(s, allowed)),
-             *transfer_first(neighbours, candidates, NEIGHBOUR_WINNERS, seeded),
-             *(c for c in candidates if c.id not in timed and c.id not in ruled_out)]
+    first = _first_batch(rankers, sources, [c for c in candidates if c.id not in ruled_out], seeded)
     if not run.measure_batch(first):
         return
     while True:
@@ -169,22 +165,36 @@ def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequenc
 EXPECTED_LATER_BATCHES = 1
 
 
-def expected_measurements(candidates: Sequence[str], records: Sequence[TuningRecord], shape: tuple) -> tuple[int, int]:
-    """What a ranked search of ``candidates`` (config ids) is expected to measure and in how many
-    batches, given its source records (``source_records``): every candidate with no source of
-    this shape; else the first batch (module docstring) and ``EXPECTED_LATER_BATCHES``."""
-    exact = [r for r in records if record_full_shape(r) == tuple(shape)]
-    if not exact:
+def _first_batch(rankers: Sequence[Source], sources: Sequence[Source], candidates: Sequence[Config],
+                 seeded: list[Seed] | None = None) -> list[Config]:
+    """The first batch (module docstring), each config once: the rankers' fastest and ranking
+    checks, the winners of the neighbours within reach, and the candidates no ranker timed."""
+    allowed = {c.id for c in candidates}
+    timed = {c.id for s in rankers for c, _ in s.times}
+    neighbours = [s for s in sources if 0 < s.distance <= TRANSFER_REACH]
+    first = [*transfer_first(rankers, candidates, FIRST_RANKS, seeded),
+             *(c for s in rankers for c in _ranking_checks(s, allowed)),
+             *transfer_first(neighbours, candidates, NEIGHBOUR_WINNERS, seeded),
+             *(c for c in candidates if c.id not in timed)]
+    return list({c.id: c for c in first}.values())
+
+
+def expected_measurements(candidates: Sequence[Config], records: Sequence[TuningRecord],
+                          shape: tuple) -> tuple[int, int]:
+    """What a ranked search of ``candidates`` is expected to measure and in how many batches,
+    given its source records (``source_records``): every candidate with no source of this shape;
+    else its first batch, built as the search builds it, and ``EXPECTED_LATER_BATCHES``."""
+    sources = [source_from_record(r, tuple(shape)) for r in records]
+    allowed = {c.id for c in candidates}
+    rankers = [s for s in sources if s.distance == 0 and any(c.id in allowed for c, _ in s.times)]
+    if not rankers:
         return len(candidates), int(bool(candidates))
-    timed = {m.config.id for r in exact for m in r.measurements if m.status == "ok"}
     # a config the sources found invalid (shared memory, registers) is expected not to compile
     # here either: it costs no measurement
+    exact = [r for r in records if record_full_shape(r) == tuple(shape)]
     invalid = {m.config.id for r in exact for m in r.measurements if m.status == "invalid"}
-    candidates = [c for c in candidates if c not in invalid]
-    origins = {_origin(r) for r in exact}
-    neighbours = len({record_full_shape(r) for r in records}) - 1
-    untimed = sum(1 for c in candidates if c not in timed)
-    first = len(origins) * (FIRST_RANKS + RANKING_CHECKS) + NEIGHBOUR_WINNERS * neighbours + untimed
+    candidates = [c for c in candidates if c.id not in invalid]
+    first = len(_first_batch(rankers, sources, candidates))
     return min(len(candidates), first + EXPECTED_LATER_BATCHES * BATCH), 1 + EXPECTED_LATER_BATCHES
 
 
