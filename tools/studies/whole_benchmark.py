@@ -17,8 +17,9 @@ A budgeted run is judged against the oracle, and every strategy is replayed over
 
 ``oracle`` keeps every raw sample (``oracle-m<M...>.tuning.pb``: what replays need); ``merge``
 writes the reference oracle cache as ``doit merge-caches`` merges it (statistics and seconds, no
-samples), also xz-compressed: tools/studies/oracle/gemm-paper-h200.tuning.pb.xz is the H200
-host's (docs/bench-log.md), which ``judge`` and ``report`` take as ``--oracle`` directly.
+samples), also xz-compressed: tools/studies/oracle/gemm-paper-h100.tuning.pb.xz and
+gemm-paper-h200.tuning.pb.xz are the H100 and H200 hosts' (docs/bench-log.md), which ``judge``
+and ``report`` take as ``--oracle`` directly.
 ``budgeted`` runs ``doit tune --dry-run`` and then ``doit tune`` in a fresh project (no caches,
 no Triton cache: compiles included) and writes its records and numbers beside the oracle's.
 ``report`` replays random sampling, successive halving and the surrogate over the oracle at
