@@ -139,9 +139,10 @@ def fit_source(source: Source, here: Mapping[str, float]) -> RankingFit | None:
 def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list[Seed],
                   candidate_set: str) -> None:
     """Search ``candidates`` from ``sources`` (module docstring); with no source that times one
-    of them, measure them all (a config whose compile fails, found as it is reached, is free). ``candidate_set`` is the digest of every
-    candidate (aot_tune.search.strategies.candidate_digest): a source whose own search chose among
-    the same ones has ruled out the candidates it left unmeasured, so they are not new here."""
+    of them, measure them all (a config whose compile fails, found as it is reached, is free).
+    ``candidate_set`` is the digest of every candidate
+    (aot_tune.search.strategies.candidate_digest): a source whose own search chose among the
+    same ones has ruled out the candidates it left unmeasured, so they are not new here."""
     allowed = {c.id for c in candidates}
     rankers = [s for s in sources if s.distance == 0 and any(c.id in allowed for c, _ in s.times)]
     if not rankers:

@@ -11,8 +11,8 @@
    launch overhead cannot leak into the samples; the others get a pair of CUDA events around
    each launch. The run count is sized from the probe to fill ``rep_ms`` of GPU time; samples
    that fall short of ``TOP_UP_BELOW`` of it get more. An events-timed config whose samples
-   say it is short enough for graph replays (its check and probe were both inflated, by a host
-   stall before them say) is timed again as graph replays.
+   say it is short enough for graph replays (something, a host stall say, inflated both its
+   check and its probe) is timed again as graph replays.
 3. Cold L2 without a flush kernel: timed launches cycle through the shape's rotating input sets
    (aot_tune.bench.engine.workload).
 """
@@ -235,9 +235,9 @@ class ConfigTiming:
     def _time_with_graph(self, events_ms: float) -> list[float]:
         """Time again as graph replays, sized from the events-timed median (an upper bound of the
         kernel's time): the check and probe both read the kernel long enough for events, its
-        samples did not. On the H200 host one 0.035 ms GEMM of the whole benchmark read 0.090 ms
-        with events, host-bound. Returns [] (the events samples stand) if the graph cannot be
-        captured or the timing fails."""
+        samples did not. Timed with events, such a kernel reads the host's pace (a 0.035 ms GEMM
+        read 0.090 ms on the H200 host). Returns [] (the events samples stand) if the graph
+        cannot be captured or the timing fails."""
         self._gpu_ms, self._warmed_ms = events_ms, self.settings.warmup_ms  # warm: its samples just ran
         self.method = "graph"
         self.capture()
@@ -299,9 +299,9 @@ def _span_ms(pairs: list) -> float:
 
 def _capture(launch: Callable[[int], Any], k: int, first_set: int, sets: int) -> tuple[Any, Any]:
     """A graph of ``k`` launches cycling through the input sets, captured on a side stream.
-    Unlike ``torch.cuda.graph``, this
-    neither synchronizes the device nor collects garbage first, so work already queued keeps the
-    GPU busy meanwhile (measured: capturing waits for none of it)."""
+    Unlike ``torch.cuda.graph``, this neither synchronizes the device nor collects garbage
+    first, so work already queued keeps the GPU busy meanwhile (measured: capturing waits for
+    none of it)."""
     import torch
 
     _make_room()
