@@ -64,6 +64,38 @@ def measured(tmp_path, *batches, timeout_s: float = 60.0) -> list[dict]:
         pool.close()
 
 
+def in_fresh_process(code: str, *args: str) -> str:
+    """The last line ``code`` prints, run in a fresh process from the repository root: this one
+    runs kernels under the interpreter."""
+    from tunerun import REPO
+
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=subprocess_env(), cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+#: One GEMM's request and workload, set up as a device worker does (``{m}``, ``{rep_ms}`` and the
+#: tile ``{tile}``: BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), for code run in a fresh process.
+GEMM_WORKLOAD = """
+    from aot_tune.bench.engine.pipeline import _Check
+    from aot_tune.bench.engine.workload import Workload
+    from aot_tune.bench.runner import BenchRequest
+    from aot_tune.manifest import BenchSettings
+
+    settings = BenchSettings(warmup_ms=2.0, rep_ms={rep_ms}, l2_flush=True, l2_flush_bytes=None)
+    block_m, block_n, block_k, stages, warps = {tile}
+    request = BenchRequest(kernel="gemm", root=".", launch_ref="kernels.gemm:matmul",
+                           inputs_ref="kernels.gemm:make_inputs", reference_ref="kernels.gemm:reference",
+                           shape=(("M", {m}), ("N", 512), ("K", 512)), dtype="float16", config_id="c",
+                           config=(("BLOCK_M", block_m), ("BLOCK_N", block_n), ("BLOCK_K", block_k),
+                                   ("GROUP_M", 8), ("num_stages", stages), ("num_warps", warps)),
+                           settings=settings)
+    workload = Workload(request, "cuda")
+    workload.rotation_for(settings, 50 * 2**20)
+"""
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     project = make_project(tmp_path_factory.mktemp("gpu-project"), MANIFEST)
@@ -317,10 +349,7 @@ def test_a_short_kernel_reads_its_gpu_time_not_its_host_launch(tmp_path):
             own[config_id] = start.elapsed_time(end) / 100
         print(json.dumps(own))
     """)
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(configs)], capture_output=True, text=True,
-                          env=subprocess_env(), cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    own = json.loads(proc.stdout.strip().splitlines()[-1])
+    own = json.loads(in_fresh_process(code, json.dumps(configs)))
     for config_id, r in results.items():
         assert r.ok, r
         median = statistics.median(r.times_ms)
@@ -331,46 +360,28 @@ def test_an_events_timed_config_whose_samples_read_short_is_timed_again_as_graph
     """A host stall before both the check and the probe of a 0.035 ms GEMM once sent it to events
     timing, host-bound, where it read 0.090 ms. Here a short GEMM's check and probe are read as
     0.5 ms: its events samples say it is short, so it must be timed again as graph replays and
-    read about what graph replays read for it with honest check and probe times (in a fresh
-    process: this one runs kernels under the interpreter)."""
+    read about what graph replays read for it with honest check and probe times."""
     import json
 
-    from tunerun import REPO
+    code = textwrap.dedent(GEMM_WORKLOAD.format(m=1024, rep_ms=20.0, tile=(64, 64, 64, 3, 4)) + """
+    import json, statistics
+    from aot_tune.bench.engine.timing import ConfigTiming
 
-    code = textwrap.dedent("""
-        import json, statistics
-        from aot_tune.bench.engine.pipeline import _Check
-        from aot_tune.bench.engine.timing import ConfigTiming
-        from aot_tune.bench.engine.workload import Workload
-        from aot_tune.bench.runner import BenchRequest
-        from aot_tune.manifest import BenchSettings
-
-        settings = BenchSettings(warmup_ms=2.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)
-        request = BenchRequest(kernel="gemm", root=".", launch_ref="kernels.gemm:matmul",
-                               inputs_ref="kernels.gemm:make_inputs", reference_ref="kernels.gemm:reference",
-                               shape=(("M", 1024), ("N", 512), ("K", 512)), dtype="float16", config_id="short",
-                               config=(("BLOCK_M", 64), ("BLOCK_N", 64), ("BLOCK_K", 64), ("GROUP_M", 8),
-                                       ("num_stages", 3), ("num_warps", 4)), settings=settings)
-        workload = Workload(request, "cuda")
-        workload.rotation_for(settings, 50 * 2**20)
-        out = {}
-        for case, inflated_ms in (("honest", None), ("stalled", 0.5)):
-            timing = _Check(request, workload, gpu_busy=False).read(None)
-            assert isinstance(timing, ConfigTiming), timing
-            if inflated_ms is not None:  # as if a host stall had held both launches back
-                timing = ConfigTiming(request, None, 0.0, {}, launch=timing._launch, workload=workload,
-                                      gpu_ms=inflated_ms, host_ms=0.01, check_ms=inflated_ms)
-            method = timing.method
-            timing.capture()
-            timing.start()
-            result = timing.finish()
-            out[case] = [method, result.status, result.method, timing.retimed, statistics.median(result.times_ms)]
-        print(json.dumps(out))
+    out = {}
+    for case, inflated_ms in (("honest", None), ("stalled", 0.5)):
+        timing = _Check(request, workload, gpu_busy=False).read(None)
+        assert isinstance(timing, ConfigTiming), timing
+        if inflated_ms is not None:  # as if a host stall had held both launches back
+            timing = ConfigTiming(request, None, 0.0, {}, launch=timing._launch, workload=workload,
+                                  gpu_ms=inflated_ms, host_ms=0.01, check_ms=inflated_ms)
+        method = timing.method
+        timing.capture()
+        timing.start()
+        result = timing.finish()
+        out[case] = [method, result.status, result.method, timing.retimed, statistics.median(result.times_ms)]
+    print(json.dumps(out))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                          cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(in_fresh_process(code))
     assert out["honest"][:3] == ["graph", "ok", "graph"], out
     assert out["stalled"][:4] == ["events", "ok", "graph", True], out
     assert abs(out["stalled"][4] / out["honest"][4] - 1) < 0.15, out
@@ -382,40 +393,22 @@ def test_the_pools_of_finished_graphs_do_not_fill_the_device_and_fail_later_capt
     device within a worker's lifetime, every later capture failed, and a whole shape was timed
     with events, host-bound (a 0.007 ms GEMM read 0.038 ms). With the process's share of the
     device capped 1.5 GiB above what may be left unused, 260 configs timed one after another
-    must all be timed as graph replays (without the release, the 173rd failed on the H100; in a
-    fresh process: this one runs kernels under the interpreter)."""
-    from tunerun import REPO
+    must all be timed as graph replays (without the release, the 173rd failed on the H100)."""
+    code = textwrap.dedent(GEMM_WORKLOAD.format(m=4096, rep_ms=5.0, tile=(128, 128, 64, 4, 8)) + """
+    import torch
+    from aot_tune.bench.engine.timing import UNUSED_RESERVED_BYTES
 
-    code = textwrap.dedent("""
-        import torch
-        from aot_tune.bench.engine.pipeline import _Check
-        from aot_tune.bench.engine.timing import UNUSED_RESERVED_BYTES
-        from aot_tune.bench.engine.workload import Workload
-        from aot_tune.bench.runner import BenchRequest
-        from aot_tune.manifest import BenchSettings
-
-        settings = BenchSettings(warmup_ms=2.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
-        request = BenchRequest(kernel="gemm", root=".", launch_ref="kernels.gemm:matmul",
-                               inputs_ref="kernels.gemm:make_inputs", reference_ref="kernels.gemm:reference",
-                               shape=(("M", 4096), ("N", 512), ("K", 512)), dtype="float16", config_id="c",
-                               config=(("BLOCK_M", 128), ("BLOCK_N", 128), ("BLOCK_K", 64), ("GROUP_M", 8),
-                                       ("num_stages", 4), ("num_warps", 8)), settings=settings)
-        workload = Workload(request, "cuda")
-        workload.rotation_for(settings, 50 * 2**20)
-        cap = torch.cuda.memory_reserved() + UNUSED_RESERVED_BYTES + 1.5 * 2**30
-        torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.mem_get_info()[1])
-        methods = []
-        for _ in range(260):
-            timing = _Check(request, workload, gpu_busy=False).read(None)
-            timing.capture()
-            timing.start()
-            methods.append(timing.finish().method)
-        print(methods.count("graph"), methods.index("events") if "events" in methods else -1)
+    cap = torch.cuda.memory_reserved() + UNUSED_RESERVED_BYTES + 1.5 * 2**30
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.mem_get_info()[1])
+    methods = []
+    for _ in range(260):
+        timing = _Check(request, workload, gpu_busy=False).read(None)
+        timing.capture()
+        timing.start()
+        methods.append(timing.finish().method)
+    print(methods.count("graph"), methods.index("events") if "events" in methods else -1)
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                          cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    graphs, first_events = map(int, proc.stdout.strip().splitlines()[-1].split())
+    graphs, first_events = map(int, in_fresh_process(code).split())
     assert (graphs, first_events) == (260, -1)
 
 
