@@ -343,17 +343,19 @@ def specialization_class(key: str) -> str:
 
 
 def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: CompileHistory, work: KernelWork,
-                     calibration: Calibration, deadline: CompileDeadline) -> list[tuple[tuple[str, str], float]]:
-    """Each stale compile's (target, config id) and predicted seconds; counts them in ``work``.
+                     calibration: Calibration, deadline: CompileDeadline) -> list[tuple[tuple[str, str], float, bool]]:
+    """Each stale compile's (target, config id), predicted seconds and whether it is left to an
+    adaptive search's demand (``Staleness.compile_when``); counts the compile stage's in ``work``.
     The compile units the plan knows are stale as the compile stage decides it; a launch not
     captured yet joins the unit of a captured launch of its class (``specialization_class``),
     else a guessed unit per (target, class, config), stale when a bench needs the launch."""
     known = {(u.target, u.specialization, u.config.id): u for u in kp.compile_units}
-    stale = {key: (u.config, recorded_compile_seconds(u.output)) for key, u in known.items()
-             if staleness.compile_needed(kp, u)}
-    on_demand = {key: (u.config, recorded_compile_seconds(u.output)) for key, u in known.items()
-                 if key not in stale and read_compile_result(u.output, u.fingerprint) is None
-                 and any(staleness.launch_compile(kp, launch, u.config) for launch in u.launches)}
+    stale: dict = {}
+    on_demand: dict = {}
+    for key, u in known.items():
+        when = staleness.compile_when(kp, u)
+        if when:
+            (stale if when == "up front" else on_demand)[key] = (u.config, recorded_compile_seconds(u.output))
     needed = set(staleness.launches_to_specialize(kp))
     classes: dict[tuple[str, str], dict[str, str]] = {}  # (target, class) -> config id -> specialization
     for target, launches in (kp.specializations.by_target.items() if kp.specializations else ()):

@@ -154,12 +154,17 @@ class Staleness:
         return bool(unit.baselines_fingerprint) and not _has_baselines(self.previous_record(kp, unit), unit)
 
     def compile_needed(self, kp: KernelPlan, unit: CompileUnit) -> bool:
-        """Whether the compile stage runs this compile: it has no result yet, and one of its
-        launches needs it up front (``launch_compile``). A compile only adaptive searches need
-        is theirs to run when they reach its config: its compile task is up to date."""
+        """Whether the compile stage runs this compile (``compile_when``): a compile only adaptive
+        searches need is theirs to run when they reach its config: its compile task is up to date."""
+        return self.compile_when(kp, unit) == "up front"
+
+    def compile_when(self, kp: KernelPlan, unit: CompileUnit) -> str:
+        """"" when the compile has a result already or no launch needs it; else "up front" when
+        one of its launches needs it so (``launch_compile``), else "on demand"."""
         if read_compile_result(unit.output, unit.fingerprint) is not None:
-            return False
-        return any(self.launch_compile(kp, launch, unit.config) == "up front" for launch in unit.launches)
+            return ""
+        whens = {self.launch_compile(kp, launch, unit.config) for launch in unit.launches}
+        return "up front" if "up front" in whens else "on demand" if "on demand" in whens else ""
 
     def launch_compile(self, kp: KernelPlan, launch: Launch, config: Config) -> str:
         """When a launch of ``config`` is compiled: "up front" (by the compile stage) when the
