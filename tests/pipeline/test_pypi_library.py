@@ -115,3 +115,34 @@ def test_fla_reads_the_tables_aot_tune_exported(site: Path, tmp_path: Path) -> N
     check = subprocess.run([sys.executable, "-m", "aot_tune", "check"], cwd=project, env=env, capture_output=True,
                            text=True, timeout=600)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_budgeted_search_compiles_only_what_it_reaches_of_an_installed_library(site: Path, tmp_path: Path) -> None:
+    """The same installed, unedited kernel under a surrogate search of 2 configs a shape over a
+    space of 9: the compile stage builds nothing, the searches compile the configs they reach and
+    only those, and a second run has nothing to do."""
+    from aot_tune.cache import read_record
+
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(REPO / "tools" / "studies" / "fla_tables" / "project" / "fla_tuning.py", project)
+    manifest = MANIFEST.replace("space: {BT: [16, 64], num_warps: [1, 4], num_stages: [3]}",
+                                "space: {BT: [16, 32, 64], num_warps: [1, 2, 4], num_stages: [3]}\n"
+                                "    search: {strategy: surrogate, budget: {configs: 2}}")
+    assert manifest != MANIFEST
+    (project / "tuning.yaml").write_text(manifest)
+    installed = _digest(site / "fla")
+    env = subprocess_env(site, project)
+    proc = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _digest(site / "fla") == installed
+    assert not [n for n in executed(proc) if n.startswith("compile:")]
+    records = [read_record(p) for p in (project / ".aot_tune" / "bench").rglob("*.pb")]
+    reached = {m.config.id for r in records for m in r.measurements}
+    compiled = {p.stem for p in (project / ".aot_tune" / "compile" / "l2norm_fwd_kernel").rglob("*.json")}
+    assert records and all(r.search.configs_measured == 2 for r in records)
+    assert compiled == reached and len(compiled) < 9
+    again = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
+                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and executed(again) == [] and "nothing to do" in again.stdout
