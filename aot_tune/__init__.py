@@ -2,7 +2,8 @@
 
 The tuner (``doit tune``) writes ``generated/<kernel>.py`` tables; kernels read them at run time
 through ``aot_tune.autotune`` (a drop-in for ``@triton.autotune``) or ``aot_tune.runtime.lookup``;
-``aot_tune.untuned(kernel)`` launches one config of a library's ``@triton.autotune`` kernel.
+``aot_tune.untuned(kernel)`` launches one config of a library's ``@triton.autotune`` kernel, and
+``aot_tune.use_tables(folder)`` gives a library's own autotuners the tables of a recorded workload.
 Importing this package imports neither torch nor triton.
 """
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ def _use_checkout_rules() -> None:
 _use_checkout_rules()
 
 from aot_tune.runtime.decorator import autotune  # noqa: E402  (after __version__: codegen reads it from here)
+from aot_tune.runtime.autotuners import use_tables  # noqa: E402
 from aot_tune.runtime.untuned import untuned  # noqa: E402
 
-__all__ = ["autotune", "untuned", "__version__"]
+__all__ = ["autotune", "untuned", "use_tables", "__version__"]

@@ -25,6 +25,7 @@ from aot_tune import __version__
 from aot_tune.cache import printable
 from aot_tune.errors import TuneError
 from aot_tune.fingerprint import digest
+from aot_tune.record.recording import DTYPES_DIM, REPLAY
 from aot_tune.select import selected_tables
 from aot_tune.tuning_schema import TuningCache
 
@@ -81,9 +82,11 @@ def _environment():
 
 
 def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifest_name: str,
-                  combos: dict[str, tuple[tuple[str, str], ...]] | None = None) -> str:
+                  combos: dict[str, tuple[tuple[str, str], ...]] | None = None,
+                  autotuner: dict[str, str] | None = None) -> str:
     """The module's text; ``combos`` (the manifest's dtype combinations by name) lets a launch
-    recognise a combination from its tensors' dtypes (aot_tune.runtime.lookup.combo_of)."""
+    recognise a combination from its tensors' dtypes (aot_tune.runtime.lookup.combo_of);
+    ``autotuner`` (recorded entries) names the library's autotuner ``aot_tune.use_tables`` fills."""
     devices = [{"key": t.key, "name": t.name, "compute_capability": t.compute_capability, "backend": t.backend,
                 "toolchain": f"triton {t.triton}, torch {t.torch}",
                 "entries": [{"key": (*e.key, e.dtype), "config": e.config} for e in t.entries]}
@@ -92,14 +95,23 @@ def render_module(kernel: str, key: tuple[str, ...], cache: TuningCache, manifes
     return _environment().get_template("generated_module.py.j2").render(
         version=__version__, manifest=manifest_name, kernel=kernel, key=tuple(key),
         inputs_digest=digest(fingerprints, tuple(key)), devices=devices,
-        combos=dict(sorted((combos or {}).items())),
+        combos=dict(sorted((combos or {}).items())), autotuner=autotuner,
     )
 
 
 def render_kernel(spec: "KernelSpec", checked: "CheckedCache", manifest_name: str) -> str:
     """``spec``'s module from the records that answer the manifest: a stale record (another key
     or space) makes no table, so none of its configs reaches a launch of the edited kernel."""
-    return render_module(spec.name, spec.key, checked.current(), manifest_name, spec.combo_table)
+    return render_module(spec.name, spec.key, checked.current(), manifest_name, spec.combo_table,
+                         recorded_autotuner(spec))
+
+
+def recorded_autotuner(spec: "KernelSpec") -> dict[str, str] | None:
+    """For an entry ``aot_tune record`` wrote: the autotuner it was recorded from, and the key dim
+    holding its tensors' dtypes (what ``aot_tune.use_tables`` needs to rebuild the library's key)."""
+    if spec.launch.startswith(REPLAY + ":") and DTYPES_DIM in spec.key:
+        return {"kernel": spec.kernel, "dtypes_dim": DTYPES_DIM}
+    return None
 
 
 def header_digest(text: str) -> str | None:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 RECORD_FORMAT = 2
 #: Packages covered by the toolchain versions of every record (or that never change a measurement).
 TOOLCHAIN_PACKAGES = frozenset({"triton", "torch", "aot_tune"})
+#: The folder holding this aot_tune, where a manifest's ``aot_tune.record.replay`` refs are read
+#: (an editable install is not on sys.path as a folder).
+_AOT_TUNE_HOME = Path(__file__).resolve().parents[1]
 
 
 def digest(*parts: Any) -> str:
@@ -153,7 +156,8 @@ class SourceIndex:
         live in an installed package (found on sys.path, never imported)."""
         module_name, _, name = ref.partition(":")
         if module_name not in self._modules or self._modules[module_name] is None:
-            self._modules[module_name] = self._parse(module_name, (self.root, *(Path(p) for p in sys.path if p)))
+            self._modules[module_name] = self._parse(module_name, (self.root, *(Path(p) for p in sys.path if p),
+                                                                   _AOT_TUNE_HOME))
         module = self._modules[module_name]
         if module is None:
             raise UnresolvedReference(ref, f"cannot find module '{shorten(module_name)}' under {self.root} or "

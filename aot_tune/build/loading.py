@@ -9,7 +9,9 @@ from aot_tune.errors import TuneError, shorten
 
 
 def resolve(root: str, ref: str) -> Any:
-    """Import ``module.path:attr`` with the manifest's folder first on ``sys.path``."""
+    """Import ``module.path:attr`` with the manifest's folder first on ``sys.path``. An object
+    that reads files beside the manifest (the recorded entries' launcher, aot_tune.record.replay)
+    has ``bind_manifest_root``, and is given the folder."""
     if root not in sys.path:
         sys.path.insert(0, root)
     module_name, _, attr = ref.partition(":")
@@ -20,11 +22,13 @@ def resolve(root: str, ref: str) -> Any:
                         f"{shorten(str(exc))}; "
                         f"fix: check the module path, relative to {root}") from exc
     try:
-        return getattr(module, attr)
+        value = getattr(module, attr)
     except AttributeError as exc:
         raise TuneError(f"module '{shorten(module_name)}' has no attribute '{shorten(attr)}' (from the "
                         f"manifest's '{shorten(ref)}'); "
                         f"fix: name a function defined in {module.__file__}") from exc
+    bind = getattr(value, "bind_manifest_root", None)
+    return bind(root) if callable(bind) else value
 
 
 def load_kernel_module_attrs(root: str, refs: Sequence[str]) -> list[Any]:

@@ -2,7 +2,7 @@
 
 ``loader`` reads tuning.yaml into the stage tasks of rules/; ``tune`` (``dry_run`` is its
 ``--dry-run``), ``check``, ``export``, ``merge_caches`` (merge-caches, drop-device), ``report``
-(report, subset) and ``adopt`` are the commands, registered as doit plugins in pyproject.toml;
+(report, subset), ``adopt`` and ``record`` are the commands, registered as doit plugins in pyproject.toml;
 ``options`` holds what they share; ``cli`` is ``aot_tune <command>``.
 
 They need the tuning pipeline, the ``aot-tune[tune]`` extra (doit, pyyaml, jinja2, protobuf); a
@@ -28,6 +28,7 @@ COMMANDS = {
     "report": "aot_tune.commands.report:ReportCommand",
     "subset": "aot_tune.commands.report:SubsetCommand",
     "adopt": "aot_tune.commands.adopt:AdoptCommand",
+    "record": "aot_tune.commands.record:RecordCommand",
     "list": "aot_tune.commands.listing:StageList",
 }
 #: The task loader, as pyproject.toml's ``doit.LOADER`` entry point names it.

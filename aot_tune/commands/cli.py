@@ -44,7 +44,7 @@ class AotTuneMain(DoitMain):
         args = list(all_args)
         if not args or args[0] in ("--help", "-h"):
             args = ["help"]
-        elif "--help" in args[1:] and not args[0].startswith("-"):
+        elif "--help" in args[1:args.index("--") if "--" in args else None] and not args[0].startswith("-"):
             args = ["help", args[0]]  # `aot_tune list --help` as `aot_tune help list`, for every command
         known = self.get_cmds()
         if not args[0].startswith("-") and args[0] not in known:

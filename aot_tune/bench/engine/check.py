@@ -48,10 +48,16 @@ class Comparison:
     def __init__(self, output: Any, expected: Any) -> None:
         self._values = None
         self._shape_error = ""
-        if tuple(output.shape) != tuple(expected.shape):
-            self._shape_error = f"output shape {tuple(output.shape)} != reference {tuple(expected.shape)}"
+        outputs, references = _several(output), _several(expected)
+        if len(outputs) != len(references):
+            self._shape_error = f"{len(outputs)} outputs != {len(references)} of the reference"
             return
-        self._values = DeviceValues(_norms(output, expected))
+        for out, ref in zip(outputs, references):
+            if tuple(out.shape) != tuple(ref.shape):
+                self._shape_error = f"output shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+                return
+        norms = [_norms(out, ref) for out, ref in zip(outputs, references)]
+        self._values = DeviceValues(norms[0] if len(norms) == 1 else _combined(norms))
 
     def verdict(self, tolerance: float) -> tuple[bool, float, str]:
         """(passed, relative error, why not); waits for the comparison if it has not run yet."""
@@ -64,6 +70,19 @@ class Comparison:
         if error > tolerance:
             return False, error, f"relative error {error:.3g} exceeds {tolerance:g}"
         return True, error, ""
+
+
+def _several(output: Any) -> tuple:
+    """A launch's outputs: one tensor, or a tuple (or list) of them (a kernel writing several)."""
+    return tuple(output) if isinstance(output, (tuple, list)) else (output,)
+
+
+def _combined(norms: list) -> Any:
+    """Several outputs' [finite, diff, norm] as one: all finite, and the norms over all of them."""
+    import torch
+
+    stacked = torch.stack([n.to(norms[0].device) for n in norms])
+    return torch.stack([stacked[:, 0].min(), stacked[:, 1].square().sum().sqrt(), stacked[:, 2].square().sum().sqrt()])
 
 
 def _norms(output: Any, expected: Any) -> Any:

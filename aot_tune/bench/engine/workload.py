@@ -73,7 +73,8 @@ class Workload:
                 self._expected[index] = self._reference(*inputs)
             else:  # no reference: the check config's output, computed once per input set
                 output = launch_with_config(self.launch, inputs, self._check_config, kernel=self.kernel)
-                self._expected[index] = output.clone() if hasattr(output, "clone") else output
+                self._expected[index] = (tuple(o.clone() for o in output) if isinstance(output, (tuple, list))
+                                         else output.clone() if hasattr(output, "clone") else output)
         return self._expected[index]
 
     def confirm_inputs(self) -> None:

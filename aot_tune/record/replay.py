@@ -1,0 +1,195 @@
+"""The built-in launcher of recorded entries: ``inputs``, ``launch`` and ``reference`` for every
+kernel ``aot_tune record`` wrote into tuning.yaml, so the compile, bench and select stages treat a
+recorded launch like any user's.
+
+* ``make_inputs(shape, dtype, device)`` rebuilds the launch named by the shape's ``recorded``
+  dim: tensors of the recorded shape, stride and dtype, holding the recorded values where they
+  were kept (index tensors) and random data of the recorded range elsewhere. The first input
+  is the :class:`RecordedCall` (not a tensor: the stages pass it through).
+* ``launch(call, *tensors, config=...)`` launches the kernel beneath the library's autotuner with
+  one config, as that autotuner launches a candidate while it benchmarks: its own pre- and
+  post-hooks around the launch (``reset_to_zero``, ``restore_value``, or the library's hooks),
+  and the config's own ``pre_hook``. It returns the tensors the recorded launch wrote.
+* ``reference(call, *tensors)`` is the same launch with the config the library itself used.
+
+The manifest names them as ``aot_tune.record.replay:<name>``; the stages bind them to the
+manifest's folder (``build.loading.resolve``), where the recordings are.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from aot_tune.errors import TuneError
+from aot_tune.record.recording import LAUNCH_DIM, RECORDINGS, RecordedKernel, RecordedLaunch, read_recording
+
+
+class RecordedCall:
+    """One recorded launch, replayable: the first of a recorded shape's inputs."""
+
+    def __init__(self, kernel: RecordedKernel, launch: RecordedLaunch, root: str) -> None:
+        self.kernel, self.launch, self.root = kernel, launch, root
+        self._grids = {_config_key(c): g for c, g in zip(kernel.configs, launch.grids)}
+
+    def __repr__(self) -> str:
+        return f"RecordedCall({self.kernel.ref})"
+
+    def arguments(self, tensors: tuple) -> dict[str, Any]:
+        from aot_tune.triton_compat.autotuner_hook import tl_dtype
+
+        named: dict[str, Any] = {}
+        position = iter(tensors)
+        for argument in self.launch.arguments:
+            if argument.tensor is not None:
+                named[argument.name] = next(position)
+            elif argument.same_as is not None:
+                named[argument.name] = named[argument.same_as]
+            elif argument.tl_dtype is not None:
+                named[argument.name] = tl_dtype(argument.tl_dtype)
+            else:
+                named[argument.name] = argument.scalar
+        return named
+
+    def run(self, tensors: tuple, config: Mapping[str, Any]) -> Any:
+        """One launch with ``config``: the written tensors (one, or a tuple)."""
+        from aot_tune.runtime.untuned import untuned
+
+        grid = self._grids.get(_config_key(config))
+        if grid is None:
+            raise TuneError(f"{self.kernel.ref}: no grid was recorded for config {dict(config)} "
+                            f"(not one of the decorator's configs, or its grid function failed on it)")
+        kernel, tuner = _kernel_and_autotuner(self.root, self.kernel.ref)
+        named = self.arguments(tensors)
+        every = {**named, **self.launch.options, **config}
+        tuner.pre_hook(every)
+        try:
+            untuned(kernel)[grid](**named, **self.launch.options, **config)
+        except BaseException as exc:
+            tuner.post_hook(every, exc)
+            raise
+        kept = set(self.kernel.restore_value)  # put back by the post-hook: their outputs are copied first
+        written = tuple(named[n].clone() if n in kept else named[n] for n in self.launch.written) or \
+            tuple(t for t in tensors if t.is_floating_point()) or tensors
+        tuner.post_hook(every, None)
+        return written[0] if len(written) == 1 else written
+
+
+def _config_key(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_and_autotuner(root: str, ref: str) -> tuple[Any, Any]:
+    from aot_tune.build.loading import resolve
+    from aot_tune.triton_compat.autotuner_hook import is_autotuner
+
+    kernel = layer = resolve(root, ref)
+    for _ in range(32):
+        if is_autotuner(layer):
+            return kernel, layer
+        layer = getattr(layer, "fn", None)
+    raise TuneError(f"{ref} is no longer a @triton.autotune kernel; fix: record the workload again")
+
+
+class Replay:
+    """The recordings under one manifest's folder, read once, and the three functions over them."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._launches: dict[str, tuple[RecordedKernel, RecordedLaunch]] | None = None
+
+    def find(self, launch_id: str) -> tuple[RecordedKernel, RecordedLaunch]:
+        with self._lock:
+            if self._launches is None:
+                self._launches = {}
+                for path in sorted((Path(self.root) / RECORDINGS).glob("*.json")):
+                    kernel = read_recording(path)
+                    self._launches.update({lid: (kernel, launch) for lid, launch in kernel.launches.items()})
+        try:
+            return self._launches[launch_id]
+        except KeyError:
+            raise TuneError(f"no recorded launch {launch_id} under {Path(self.root) / RECORDINGS}; fix: restore "
+                            f"the recordings from git, or record the workload again") from None
+
+    def make_inputs(self, shape: Mapping[str, Any], dtype: Any, device: Any) -> tuple:
+        kernel, launch = self.find(str(shape[LAUNCH_DIM]))
+        return (RecordedCall(kernel, launch, self.root), *_tensors(launch, device))
+
+    def launch(self, call: RecordedCall, *tensors: Any, config: Mapping[str, Any]) -> Any:
+        return call.run(tensors, config)
+
+    def reference(self, call: RecordedCall, *tensors: Any) -> Any:
+        output = call.run(tensors, call.launch.library_config)
+        return tuple(t.clone() for t in output) if isinstance(output, tuple) else output.clone()
+
+
+def _tensors(launch: RecordedLaunch, device: Any) -> list:
+    import torch
+
+    built = []
+    for argument in launch.tensors():
+        spec = argument.tensor
+        dtype = getattr(torch, spec.dtype)
+        if str(device) == "meta" or 0 in spec.shape:
+            built.append(torch.empty_strided(spec.shape, spec.stride, dtype=dtype, device=device))
+        elif spec.values is not None:
+            values = torch.tensor(spec.values, dtype=torch.float64 if dtype.is_floating_point else torch.int64)
+            tensor = torch.empty_strided(spec.shape, spec.stride, dtype=dtype, device=device)
+            try:
+                tensor.copy_(values.reshape(spec.shape).to(dtype))
+            except RuntimeError:  # strides that overlap (an expanded tensor): its values, contiguous
+                tensor = values.reshape(spec.shape).to(dtype=dtype, device=device)
+            built.append(tensor)
+        else:  # random storage viewed with the recorded strides, overlapping ones included
+            size = 1 + sum((n - 1) * s for n, s in zip(spec.shape, spec.stride))
+            built.append(_random_storage(spec, dtype, size, device).as_strided(spec.shape, spec.stride))
+    return built
+
+
+def _random_storage(spec: Any, dtype: Any, size: int, device: Any) -> Any:
+    """Data of the recorded range: integers uniform in it; floats normal with the recorded mean
+    and spread, clamped to it (a kernel that exponentiates its input sees values it saw in the
+    workload); unit normal without statistics."""
+    import torch
+
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (size,), device=device).bool()
+    if not dtype.is_floating_point:
+        low, high = int(spec.low or 0), int(spec.high or 0)
+        return torch.randint(low, high + 1, (size,), device=device).to(dtype)
+    data = torch.randn(size, device=device, dtype=torch.float32)
+    if spec.mean is not None:
+        data = data * spec.std + spec.mean
+        data = data.clamp(spec.low, spec.high) if spec.low < spec.high else data.fill_(spec.low)
+    return data.to(dtype)
+
+
+def bound(role: str):
+    """``role`` of the :class:`Replay` of the manifest folder the stages bind it to."""
+
+    class Bound:
+        def bind_manifest_root(self, root: str) -> Any:
+            return getattr(_replay(root), role)
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            raise TuneError(f"aot_tune.record.replay:{role} is called through a manifest (the stages bind it to "
+                            f"the manifest's folder); fix: name it in tuning.yaml")
+
+        def __repr__(self) -> str:
+            return f"aot_tune.record.replay:{role}"
+
+    return Bound()
+
+
+@functools.lru_cache(maxsize=None)
+def _replay(root: str) -> Replay:
+    return Replay(root)
+
+
+make_inputs = bound("make_inputs")
+launch = bound("launch")
+reference = bound("reference")
