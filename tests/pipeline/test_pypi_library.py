@@ -146,3 +146,56 @@ def test_a_budgeted_search_compiles_only_what_it_reaches_of_an_installed_library
     again = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
                            cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and executed(again) == [] and "nothing to do" in again.stdout
+
+
+#: A user's workload over fla's l2norm forward: two token counts and feature dims, float32 (the
+#: interpreter computes bf16 wrong), counting the autotuner benchmarks that ran.
+FLA_WORKLOAD = """\
+import json, os, torch
+import triton.runtime.autotuner as autotuner
+benchmarks = []
+original = autotuner.Autotuner._bench
+autotuner.Autotuner._bench = lambda self, *a, **k: (benchmarks.append(1), original(self, *a, **k))[1]
+if os.environ.get("WORKLOAD_TABLES"):
+    import aot_tune
+    aot_tune.use_tables(os.environ["WORKLOAD_TABLES"], verbose=True)
+from fla.modules.l2norm import l2norm_fwd
+torch.manual_seed(0)
+errors = []
+for T, D in ((64, 32), (100, 64)):
+    x = torch.randn(T, D, dtype=torch.float32)
+    y, _ = l2norm_fwd(x)
+    ref = x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + 1e-6)
+    errors.append(float((y - ref).norm() / ref.norm()))
+print(json.dumps({"benchmarks": len(benchmarks), "errors": errors}))
+"""
+
+
+def test_fla_l2norm_is_recorded_tuned_and_run_with_zero_autotuning(site: Path, tmp_path: Path) -> None:
+    """fla's l2norm forward, installed and unedited, recorded from a workload with no hand-written
+    entry (its own ``fla_cache_autotune``), tuned, and run again through ``aot_tune.use_tables``:
+    no autotuner benchmark (on the CPU one could not even run: Triton's benchmarker needs a GPU)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "workload.py").write_text(FLA_WORKLOAD)
+    installed = _digest(site / "fla")
+    env = {**subprocess_env(site), "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "kernels.l2norm_fwd_kernel: 2 new shapes (new entry)" in proc.stdout, proc.stdout
+    manifest = (project / "tuning.yaml").read_text()
+    assert "kernel: fla.modules.norm.l2norm:l2norm_fwd_kernel" in manifest and "key: [D, NB, arg_dtypes]" in manifest
+    (project / "tuning.yaml").write_text(manifest.replace("version: 1\n", "version: 1\ndefaults:\n  targets: [sm90]\n"))
+
+    env.pop("TRITON_INTERPRET")
+    tuned = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
+                           cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+    run = subprocess.run([sys.executable, "workload.py"], cwd=project, capture_output=True, text=True, timeout=300,
+                         env={**env, "TRITON_INTERPRET": "1", "WORKLOAD_TABLES": "generated"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "2 tuned keys installed in 1 autotuner (interpreter)" in run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["benchmarks"] == 0 and max(result["errors"]) < 1e-5, result
+    assert _digest(site / "fla") == installed

@@ -1,0 +1,147 @@
+"""``aot_tune record`` end to end, in a project outside this checkout, on a library installed with
+pip and never edited (tests/fixtures/reclib: an index-tensor gather, an in-place scale with
+``restore_value``, a row sum into a zeroed output with ``reset_to_zero``):
+
+the user's workload is recorded (never benchmarking), ``doit tune`` tunes every recorded kernel
+on the interpreter, and the workload run again with ``aot_tune.use_tables("generated")``
+makes zero autotuner benchmarks and computes what the library's own autotuned run computes.
+Recording the same workload again changes no byte and leaves ``doit tune`` nothing to do.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tunerun import REPO, doit_command, executed, subprocess_env
+
+FIXTURE = REPO / "tests" / "fixtures" / "reclib"
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "reclib"
+version = "1.0"
+
+[tool.setuptools]
+packages = ["reclib"]
+"""
+
+
+def run(cwd: Path, *args: str, env: dict, ok: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if ok:
+        assert proc.returncode == 0, f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """reclib built and installed with pip into a folder of its own."""
+    source = tmp_path_factory.mktemp("src")
+    (source / "reclib").mkdir()
+    (source / "reclib" / "__init__.py").write_text("")
+    shutil.copy(FIXTURE / "ops.py", source / "reclib" / "ops.py")
+    (source / "pyproject.toml").write_text(PYPROJECT)
+    site = tmp_path_factory.mktemp("site")
+    run(source, sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+        str(site), str(source), env=subprocess_env())
+    return site
+
+
+def workload(project: Path, env: dict, **extra: str) -> dict:
+    proc = run(project, sys.executable, "workload.py", env={**env, "TRITON_INTERPRET": "1", **extra})
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_recorded_workload_is_tuned_and_runs_with_zero_autotuning(installed: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(FIXTURE / "workload.py", project)
+    env = subprocess_env(installed)
+    site_files = digests(installed)
+
+    own = workload(project, env, WORKLOAD_CPU_BENCH="1")  # the library autotuning at run time
+    assert own["benchmarks"] == 18  # 3 kernels x 2 keys x 3 configs
+
+    recorded = run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py",
+                   env={**env, "TRITON_INTERPRET": "1"})
+    assert json.loads(recorded.stdout.splitlines()[0])["benchmarks"] == 0  # recording never benchmarks
+    assert "6 distinct launches of 3 autotuned kernels" in recorded.stdout, recorded.stdout
+    manifest = (project / "tuning.yaml").read_text()
+    for kernel in ("_gather_kernel", "_scale_inplace_kernel", "_row_sum_kernel"):
+        assert f"    kernel: reclib.ops:{kernel}\n" in manifest
+        assert (project / "recordings" / f"{kernel}.json").is_file()
+    assert "key: [n, arg_dtypes]" in manifest and 'arg_dtypes: "f32.i32.f32"' in manifest
+    index = json.loads((project / "recordings" / "_gather_kernel.json").read_text())
+    kept = [arg for launch in index["launches"].values() for arg in launch["arguments"] if arg[0] == "IDX"]
+    assert all(arg[1]["tensor"]["values"] is not None for arg in kept)  # the index tensor, by value
+    inplace = json.loads((project / "recordings" / "_scale_inplace_kernel.json").read_text())
+    assert inplace["restore_value"] == ["X"]
+    assert all(launch["written"] == ["X"] for launch in inplace["launches"].values())
+
+    tune = doit_command("tune", "-n", "2", "--bench-backend", "interpreter")
+    proc = run(project, *tune, env=env)
+    assert "bench: 18 config measurements, 18 ok" in proc.stdout + proc.stderr, proc.stderr
+    for kernel in ("_gather_kernel", "_scale_inplace_kernel", "_row_sum_kernel"):
+        module = (project / "generated" / f"{kernel}.py").read_text()
+        assert f"AUTOTUNER = {{'dtypes_dim': 'arg_dtypes', 'kernel': 'reclib.ops:{kernel}'}}" in module
+
+    tabled = workload(project, env, WORKLOAD_TABLES="generated")
+    assert tabled["benchmarks"] == 0
+    for mine, theirs in zip(tabled["outputs"], own["outputs"]):
+        assert mine[0] == theirs[0] and mine[1] == theirs[1]  # gather, in-place scale: exact
+        assert all(abs(a - b) < 1e-5 for a, b in zip(mine[2], theirs[2]))  # atomics: summation order
+
+    before = {p: p.read_bytes() for p in [project / "tuning.yaml", *sorted((project / "recordings").iterdir())]}
+    again = run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py",
+                env={**env, "TRITON_INTERPRET": "1"})
+    assert "nothing new" in again.stdout, again.stdout
+    assert {p: p.read_bytes() for p in before} == before
+    assert executed(run(project, *tune, env=env)) == []
+    assert digests(installed) == site_files, "the installed library was modified"
+
+
+def test_recording_adds_new_launches_and_keeps_edits(installed: Path, tmp_path: Path) -> None:
+    """A second workload's new launches are appended to the entries (an edit made by hand stays),
+    and a command that fails keeps what it recorded and passes its exit status on."""
+    project = tmp_path / "project"
+    project.mkdir()
+    env = {**subprocess_env(installed), "TRITON_INTERPRET": "1"}
+    first = "import torch\nfrom reclib import ops\nops.scale_(torch.randn(64), 2.0)\n"
+    (project / "first.py").write_text(first)
+    run(project, *doit_command("record", "--", sys.executable, "first.py"), env=env)
+    manifest = project / "tuning.yaml"
+    edited = manifest.read_text().replace("    dtypes: [float32]\n", "    dtypes: [float32]\n    bench: {rep_ms: 5}\n")
+    manifest.write_text(edited)
+
+    second = first.replace("64", "256") + "ops.gather(torch.randn(8), torch.arange(8))\nraise SystemExit(4)\n"
+    (project / "second.py").write_text(second)
+    proc = run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "second.py", env=env,
+               ok=False)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "the command exited 4" in proc.stdout
+    text = manifest.read_text()
+    assert text.startswith(edited.split("    shapes:\n")[0])  # the edit stays
+    assert "bench: {rep_ms: 5}" in text
+    assert text.count("recorded: ") == 3 and "_gather_kernel:" in text
+    assert "{n: 256, arg_dtypes: \"f32\"" in text
+    assert 'arg_dtypes: "f32.i64.f32"' in text  # an int64 index tensor is another key than int32
+
+    broken = text.replace("version: 1", "version: 2")
+    manifest.write_text(broken)
+    proc = run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "first.py", env=env,
+               ok=False)
+    assert proc.returncode != 0 and "version" in proc.stderr, proc.stderr
+    assert manifest.read_text() == broken  # a recording never writes over a manifest it cannot read
