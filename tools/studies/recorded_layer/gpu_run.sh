@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The recorded-layer study on a GPU host: fla-core's chunked delta rule (one training step,
+# B=1, T=4096, 16 heads of 128, bf16) recorded, tuned in one `aot_tune tune`, and its first and
+# steady-state steps timed with the tables and with the library's own run-time autotuning.
+#   bash tools/studies/recorded_layer/gpu_run.sh OUT_DIR [record|tune|tables|library]...
+# Wheels for what the host lacks (doit, fla-core) are read from .whl/; the project is /tmp/layer.
+set -uo pipefail
+TIMEFORMAT="wall %R s"
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
+out=$1; shift
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$repo
+[ -d /tmp/site/fla ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site "$repo"/.whl/*.whl
+step="python3 $repo/tools/studies/recorded_layer/delta_rule_step.py"
+mkdir -p /tmp/layer && cd /tmp/layer
+for stage in "$@"; do
+  echo "== $stage $(date -u +%T)"
+  case $stage in
+    record)  # a cold Triton cache: the launches compile the library's first configs
+      time (TRITON_CACHE_DIR=/tmp/tc_record python3 -m aot_tune record -- $step --steps 3 2>&1 | tail -40 \
+        | tee "$out/record.log")
+      cp tuning.yaml "$out/" ;;
+    tune)
+      time (python3 -m aot_tune tune 2>&1 | tail -60 | tee "$out/tune.log")
+      tar czf "$out/generated.tgz" generated recordings tuning.yaml ;;
+    tables)  # first step with the tables: a cold Triton cache, then a warm one
+      TRITON_CACHE_DIR=/tmp/tc_tables $step --tables generated 2>&1 | tail -3 | tee "$out/tables_cold.log"
+      TRITON_CACHE_DIR=/tmp/tc_tables $step --tables generated 2>&1 | tail -3 | tee "$out/tables_warm.log" ;;
+    library)  # the library autotuning at run time (a cold cache), then its picks against the tables'
+      TRITON_CACHE_DIR=/tmp/tc_library $step --compare generated --steps 30 2>&1 | tail -3 | tee "$out/library.log" ;;
+  esac
+done
