@@ -8,6 +8,9 @@ device's tuned configs in its cache under the key the autotuner computes for suc
 key arguments' values, then ``str(dtype)`` of every tensor argument (the ``arg_dtypes`` key dim
 holds those, compactly). The config put there is the decorator's own ``triton.Config`` object
 with the tuned values. A key the tables do not hold is left to the library's own autotuning.
+Each autotuner given a config also gets the warm start (``aot_tune.runtime.warm_start``): with
+its kernels compiled in the Triton cache, a process's first launch loads them without hashing
+Triton's installation.
 
 Needs nothing beyond the runtime: no torch or triton import of its own (the library has
 imported them), no pipeline.
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from aot_tune.errors import TuneError
+from aot_tune.runtime.warm_start import install as install_warm_start
 from aot_tune.runtime.lookup import current_device_key
 
 #: How the ``arg_dtypes`` key dim names torch dtypes (any other dtype keeps its torch name).
@@ -93,6 +97,8 @@ def use_tables(tables: str | os.PathLike = "generated", *, device: str | None = 
             installed.skipped.append(f"{path.name}: {recorded['kernel']} ({exc})")
             continue
         count = _install(tuner, tuple(module.KEY), str(recorded["dtypes_dim"]), table, installed.skipped, path.name)
+        if count:
+            install_warm_start(tuner)
         ref = str(recorded["kernel"])
         installed.kernels[ref] = installed.kernels.get(ref, 0) + count
     if verbose:
