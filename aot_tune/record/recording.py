@@ -130,10 +130,16 @@ class RecordedLaunch:
                 if a.tensor is not None or a.same_as is not None]
 
     def primary_dtype(self) -> str:
-        """The dtype a manifest entry is tuned for: the first floating tensor's, else the first tensor's."""
-        dtypes = self.dtypes()
-        floating = [d for d in dtypes if d.startswith(("float", "bfloat"))]
-        return (floating or dtypes or ["float32"])[0]
+        """The dtype a manifest entry is tuned for, whose tolerance the check applies: the first
+        floating tensor the launch wrote (its output), else the first floating tensor, else the
+        first tensor's."""
+        tensors = {a.name: a.tensor.dtype for a in self.arguments if a.tensor is not None}
+        written = [tensors[n] for n in self.written if n in tensors]
+        for dtypes in (written, list(tensors.values())):
+            floating = [d for d in dtypes if d.startswith(("float", "bfloat"))]
+            if floating:
+                return floating[0]
+        return next(iter(tensors.values()), "float32")
 
     def as_json(self) -> dict:
         grids = [list(g) if g is not None else None for g in self.grids]

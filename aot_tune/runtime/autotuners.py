@@ -10,7 +10,7 @@ holds those, compactly). The config put there is the decorator's own ``triton.Co
 with the tuned values. A key the tables do not hold is left to the library's own autotuning.
 Each autotuner given a config also gets the warm start (``aot_tune.runtime.warm_start``): with
 its kernels compiled in the Triton cache, a process's first launch loads them without hashing
-Triton's installation.
+Triton's installation, and its source hash is computed at once rather than in the first launch.
 
 Needs nothing beyond the runtime: no torch or triton import of its own (the library has
 imported them), no pipeline.
@@ -99,6 +99,7 @@ def use_tables(tables: str | os.PathLike = "generated", *, device: str | None = 
         count = _install(tuner, tuple(module.KEY), str(recorded["dtypes_dim"]), table, installed.skipped, path.name)
         if count:
             install_warm_start(tuner)
+            _first_launch_ahead(tuner)
         ref = str(recorded["kernel"])
         installed.kernels[ref] = installed.kernels.get(ref, 0) + count
     if verbose:
@@ -139,6 +140,17 @@ def _autotuner(ref: str) -> Any:
             return layer
         layer = getattr(layer, "fn", None)
     raise TuneError("no autotuner beneath it")
+
+
+def _first_launch_ahead(tuner: Any) -> None:
+    """What the kernel's first launch would compute that needs no arguments (its source hash),
+    done now, at start-up, rather than inside the first step."""
+    from aot_tune import triton_compat
+
+    try:
+        triton_compat.hash_kernel_source(tuner)
+    except Exception:  # a Triton without it: the first launch computes it as before
+        pass
 
 
 def _install(tuner: Any, key_names: tuple, dtypes_dim: str, table: Mapping, skipped: list, where: str) -> int:

@@ -98,6 +98,15 @@ def installation_identity() -> str:
     return "|".join(parts)
 
 
+def hash_kernel_source(kernel: Any) -> None:
+    """Compute the kernel's source hash now (``JITFunction.cache_key``: its source and every
+    function it calls, walked through their syntax trees), which its first launch would compute
+    (5-10 ms a kernel of a library like fla). Kernels without one (the interpreter's) are left."""
+    jit_fn = jit_with_compile_path(kernel)
+    if jit_fn is not None:
+        jit_fn.cache_key  # noqa: B018 - a cached property: reading it computes and keeps it
+
+
 def warm_start_key(src: Any, target: Any, options: dict | None) -> str | None:
     """Everything ``triton.compile`` keys its disk cache on, with ``installation_identity()`` in
     place of ``triton_key()``; None when the cache is not Triton's plain file cache or a knob

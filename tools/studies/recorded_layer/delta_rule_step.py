@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--H", type=int, default=16)
     parser.add_argument("--D", type=int, default=128)
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--profile", type=int, default=0, help="print the first step's N costliest calls")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
@@ -85,7 +86,15 @@ def main() -> None:
 
         installed = aot_tune.use_tables(args.tables, verbose=True)
     inputs = make_inputs(1, args.T, args.H, args.D, getattr(torch, args.dtype), device)
-    first = timed(inputs, device)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        first = profile.runcall(timed, inputs, device)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(args.profile)
+    else:
+        first = timed(inputs, device)
     first_benchmarks = len(benchmarks)
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "first_step_s": first,
               "first_step_benchmarks": first_benchmarks, "tables_keys": installed.keys if installed else None}

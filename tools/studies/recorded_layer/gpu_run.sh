@@ -22,6 +22,17 @@ for stage in "$@"; do
     tune)
       time (python3 -m aot_tune tune 2>&1 | tail -60 | tee "$out/tune.log")
       tar czf "$out/generated.tgz" generated recordings tuning.yaml ;;
+    restore)  # the project a run on another host recorded and tuned (.layer/generated.tgz, from the tune stage)
+      tar xzf "$repo/.layer/generated.tgz" ;;
+    profile)  # the first step with the tables and a warm Triton cache, profiled
+      TRITON_CACHE_DIR=/tmp/tc_profile $step --tables generated --steps 3 >/dev/null 2>&1
+      TRITON_CACHE_DIR=/tmp/tc_profile $step --tables generated --steps 3 --profile 45 2>&1 | tee "$out/profile.log" ;;
+    retune)  # the same tune again from the recording alone, in a fresh folder, each line timed
+      rm -rf /tmp/layer2 && mkdir -p /tmp/layer2 && cp -r tuning.yaml recordings /tmp/layer2/
+      (cd /tmp/layer2 && python3 -m aot_tune tune 2>&1 | python3 -u -c \
+        "import sys,time; t=time.time(); [print(f'{time.time()-t:7.2f} {l}', end='') for l in sys.stdin]" \
+        | grep -v ' \.  ' | tee "$out/retune.log"; cp .aot_tune/runs.json "$out/")
+      ;;
     tables)  # first step with the tables: a cold Triton cache, then a warm one
       TRITON_CACHE_DIR=/tmp/tc_tables $step --tables generated 2>&1 | tail -3 | tee "$out/tables_cold.log"
       TRITON_CACHE_DIR=/tmp/tc_tables $step --tables generated 2>&1 | tail -3 | tee "$out/tables_warm.log" ;;
