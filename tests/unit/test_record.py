@@ -184,6 +184,20 @@ def test_a_launch_whose_key_a_manifest_cannot_hold_is_left_out_with_the_reason(t
     assert manifest.read_text().count("recorded: ") == 1
 
 
+def test_a_kernel_of_bool_tensors_alone_is_left_out_and_the_others_fold(tmp_path: Path) -> None:
+    """tuning.yaml names no bool dtype: such an entry would not load, and no kernel would fold."""
+    mask_ref = "mylib.ops:_mask_kernel"
+    mask = RecordedLaunch((Argument("M", tensor=TensorSpec((8,), (1,), "bool", (1, 0, 1, 0, 1, 0, 1, 0))),
+                           Argument("n", scalar=8)), ((1,), (1,)), (8, "torch.bool"), dict(CONFIGS[0]), "first", ("M",))
+    masks = RecordedKernel(mask_ref, ("n",), CONFIGS, launches={mask.launch_id(mask_ref): mask})
+    folded = fold(tmp_path / "tuning.yaml", [masks, kernel(launch(64))])
+    assert folded.added == {"_gather_kernel": 1}
+    (why,) = folded.skipped
+    assert why.startswith(f"{mask_ref}: 1 launch(es) with no floating tensor") and "bool" in why
+    assert [spec.name for spec in load_manifest(tmp_path / "tuning.yaml", write_caches=False).kernels] == \
+        ["_gather_kernel"]
+
+
 def test_a_changed_decorator_is_left_out_until_its_recording_is_removed(tmp_path: Path) -> None:
     manifest = tmp_path / "tuning.yaml"
     fold(manifest, [kernel(launch(64))])
