@@ -340,8 +340,9 @@ def test_use_tables_on_a_missing_folder_is_one_clear_error(tmp_path: Path) -> No
     with pytest.raises(TuneError, match="neither a folder nor an importable package") as err:
         use_tables(tmp_path / "nowhere", device="h100-sxm")
     assert "fix:" in str(err.value)
-    with pytest.raises(TuneError, match="neither a folder"):
-        use_tables("no_such_tables_package_here", device="h100-sxm")
+    for name in ("no_such_tables_package_here", "no_such_package_here.tables", ".relative"):
+        with pytest.raises(TuneError, match="neither a folder"):
+            use_tables(name, device="h100-sxm")
 
 
 # --------------------------------------------------------------------------- several outputs
