@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from aot_tune.dtypes import canonical
 from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
 from aot_tune.manifest import KernelSpec, load_manifest
@@ -101,6 +102,11 @@ def fold(manifest: str | os.PathLike, kernels: list[RecordedKernel], target: str
             folded.skipped.append(f"{kernel.ref}: tuning.yaml declares it by hand (kernels.{by_hand[0]})")
             continue
         for dtype, launches in _by_dtype(kernel).items():
+            if canonical(dtype) != dtype:  # e.g. bool: the entry could not load, and no kernel of this run would fold
+                folded.skipped.append(f"{kernel.ref}: {len(launches)} launch(es) with no floating tensor and a first "
+                                      f"tensor of {dtype}, which tuning.yaml cannot name as a dtype; they keep the "
+                                      f"library's autotuning")
+                continue
             name = _entry_for(specs, kernel.ref, dtype) or _new_name(kernel.ref, dtype, names)
             file = recording_path(root, name)
             new = RecordedKernel(kernel.ref, kernel.key, kernel.configs, kernel.reset_to_zero,

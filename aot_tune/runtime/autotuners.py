@@ -110,7 +110,10 @@ def use_tables(tables: str | os.PathLike = "generated", *, device: str | None = 
 def _generated_modules(tables: str | os.PathLike) -> list[Path]:
     folder = Path(tables)
     if not folder.is_dir():
-        spec = importlib.util.find_spec(str(tables)) if isinstance(tables, str) and "/" not in tables else None
+        try:
+            spec = importlib.util.find_spec(str(tables)) if isinstance(tables, str) and "/" not in tables else None
+        except (ImportError, ValueError):  # a dotted name whose parent package is missing, a relative name
+            spec = None
         locations = list(spec.submodule_search_locations or ()) if spec is not None else []
         if not locations:
             raise TuneError(f"aot_tune.use_tables: {tables!r} is neither a folder nor an importable package; "
