@@ -55,19 +55,25 @@ class Recorder:
             arguments = _arguments(named, stats=True)
             grids = _grids(tuner, named, kwargs.get("grid"))
             _check_key(key)
+            before = _snapshot(named)
         except Unrecordable as reason:
             self._refuse(_name(tuner), str(reason))
             return None
-        before = _snapshot(named)
+        except Exception as exc:  # a fault of the recorder must never fail the workload
+            self._refuse(_name(tuner), f"recording it failed ({type(exc).__name__}: {exc})")
+            return None
 
         def done() -> None:
-            written = tuple(name for name, copy in before.items() if not _same(named[name], copy))
-            launch = RecordedLaunch(arguments, grids, key, config_values(config), chosen_by, written, options)
-            if self._target is None:
-                self._target = _target(named)
-                if self._target:
-                    self._append({"target": self._target})
-            self._append({"kernel": _kernel_json(tuner, ref), "launch": launch.as_json()})
+            try:
+                written = tuple(name for name, copy in before.items() if not _same(named[name], copy))
+                launch = RecordedLaunch(arguments, grids, key, config_values(config), chosen_by, written, options)
+                if self._target is None:
+                    self._target = _target(named)
+                    if self._target:
+                        self._append({"target": self._target})
+                self._append({"kernel": _kernel_json(tuner, ref), "launch": launch.as_json()})
+            except Exception as exc:  # as above: the launch has run, only its record is lost
+                self._refuse(_name(tuner), f"recording it failed ({type(exc).__name__}: {exc})")
 
         return done
 
@@ -174,6 +180,8 @@ def _tensor_spec(tensor: Any, stats: bool) -> TensorSpec:
     if tensor.is_complex():
         raise Unrecordable("it takes a complex tensor")
     integral = not tensor.is_floating_point()
+    if not integral and not stats:  # what identifies a launch reads no floating data
+        return TensorSpec(shape, stride, dtype)
     if (integral and tensor.numel() <= INT_VALUES) or (not integral and tensor.numel() <= SMALL_FLOATS):
         values = tensor.detach().reshape(-1).cpu()
         values = values.to(torch.int64 if integral else torch.float64).tolist()

@@ -2,7 +2,7 @@
 ids, the dtype code of the ``arg_dtypes`` key dim, folding recorded kernels into tuning.yaml,
 reading the hook's raw lines, ``aot_tune.use_tables`` on a duck-typed autotuner, the check of
 several outputs, and the replay launcher's binding to the manifest folder. CPU only, no
-subprocess, no doit (tests/pipeline/test_record.py runs the whole thing)."""
+subprocess, no doit (tests/pipeline/test_recorded_workload.py runs the whole thing)."""
 from __future__ import annotations
 
 import json
