@@ -145,3 +145,77 @@ def test_recording_adds_new_launches_and_keeps_edits(installed: Path, tmp_path: 
                ok=False)
     assert proc.returncode != 0 and "version" in proc.stderr, proc.stderr
     assert manifest.read_text() == broken  # a recording never writes over a manifest it cannot read
+
+
+#: Many small autotuned kernels, as a library has them: each scales its input by its own factor.
+MANY_KERNELS = 30
+MANY_OPS = '''\
+import torch
+import triton
+import triton.language as tl
+
+CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=1)]
+'''
+MANY_KERNEL = '''
+
+@triton.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def scale_{i}_kernel(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(Y + offs, tl.load(X + offs, mask=mask) * {i}.0, mask=mask)
+
+
+def scale_{i}(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    scale_{i}_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+    return y
+'''
+MANY_WORKLOAD = f'''\
+import os, torch
+if os.environ.get("WORKLOAD_TABLES"):
+    import aot_tune
+    aot_tune.use_tables(os.environ["WORKLOAD_TABLES"], verbose=True)
+from manylib import ops
+for n in (64, 96):
+    x = torch.randn(n)
+    for i in range({MANY_KERNELS}):
+        assert torch.allclose(getattr(ops, f"scale_{{i}}")(x), x * i)
+'''
+
+
+def test_a_workload_of_many_small_kernels_is_recorded_and_tuned_incrementally(tmp_path: Path) -> None:
+    """30 autotuned kernels, 2 keys each: one entry each, every shape benched once, a second
+    recording and a second tune change nothing, and a new launch of one kernel retunes only it."""
+    site = tmp_path / "site"
+    (site / "manylib").mkdir(parents=True)
+    (site / "manylib" / "__init__.py").write_text("")
+    (site / "manylib" / "ops.py").write_text(MANY_OPS + "".join(MANY_KERNEL.format(i=i) for i in range(MANY_KERNELS)))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "workload.py").write_text(MANY_WORKLOAD)
+    env = subprocess_env(site)
+    record = (sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py")
+    proc = run(project, *record, env={**env, "TRITON_INTERPRET": "1"})
+    assert f"{2 * MANY_KERNELS} distinct launches of {MANY_KERNELS} autotuned kernels" in proc.stdout, proc.stdout
+    manifest = project / "tuning.yaml"
+    manifest.write_text(manifest.read_text().replace("version: 1\n", "version: 1\ndefaults:\n  targets: [sm90]\n"))
+
+    tune = doit_command("tune", "--bench-backend", "interpreter")
+    first = run(project, *tune, env=env)
+    benched = [name for name in executed(first) if name.startswith("bench:")]
+    assert len(benched) == 2 * MANY_KERNELS
+    assert len(list((project / "generated").glob("scale_*_kernel.py"))) == MANY_KERNELS
+    again = run(project, *record, env={**env, "TRITON_INTERPRET": "1"})
+    assert "nothing new" in again.stdout
+    assert executed(run(project, *tune, env=env)) == []
+
+    (project / "more.py").write_text("import torch\nfrom manylib import ops\nops.scale_3(torch.randn(128))\n")
+    run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "more.py",
+        env={**env, "TRITON_INTERPRET": "1"})
+    rerun = [name for name in executed(run(project, *tune, env=env)) if name.startswith(("bench:", "generate:"))]
+    assert rerun == [n for n in rerun if "scale_3_kernel" in n] and len(rerun) == 2, rerun
+    tabled = run(project, sys.executable, "workload.py", env={**env, "TRITON_INTERPRET": "1",
+                                                              "WORKLOAD_TABLES": "generated"})
+    assert f"{2 * MANY_KERNELS + 1} tuned keys installed in {MANY_KERNELS} autotuners" in tabled.stderr, tabled.stderr
