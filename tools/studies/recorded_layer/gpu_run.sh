@@ -21,6 +21,7 @@ for stage in "$@"; do
       cp tuning.yaml "$out/" ;;
     tune)
       time (python3 -m aot_tune tune 2>&1 | tail -60 | tee "$out/tune.log")
+      python3 "$repo/tools/studies/recorded_layer/picked_compiles.py" . | tee "$out/picked.log"
       tar czf "$out/generated.tgz" generated recordings tuning.yaml ;;
     restore)  # the project a run on another host recorded and tuned (.layer/generated.tgz, from the tune stage)
       tar xzf "$repo/.layer/generated.tgz" ;;
