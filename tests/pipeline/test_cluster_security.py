@@ -1,7 +1,7 @@
 """Who can reach the bench cluster: the local cluster speaks TLS with throwaway credentials and
-listens on loopback only with no dashboard, plain TCP to a scheduler on another host is refused
-before anything is contacted, and a TLS cluster works end to end. Only loopback addresses are
-ever contacted here."""
+listens on loopback only with no dashboard, plain TCP to a scheduler (loopback included) is
+refused before anything is contacted unless the user opts in, and a TLS cluster works end to
+end. Only loopback addresses are ever contacted here."""
 from __future__ import annotations
 
 import datetime
@@ -83,7 +83,17 @@ def test_plain_tcp_to_another_host_is_refused_with_one_line(tmp_path):
     with pytest.raises(TuneError, match="refusing plain tcp"):
         check_transport(str(scheduler_file), None, False, fix_tls="--tls-*")
     assert check_transport(REMOTE, None, True, fix_tls="--tls-*") == REMOTE
-    assert check_transport("tcp://127.0.0.1:8786", None, False, fix_tls="--tls-*") == "tcp://127.0.0.1:8786"
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:8786", "localhost:8786", "tcp://[::1]:8786"])
+def test_plain_tcp_on_loopback_is_refused_too_unless_opted_in(address):
+    """Every user of a shared host reaches loopback."""
+    with pytest.raises(TuneError) as refused:
+        check_transport(address, None, False, fix_tls="--tls-*")
+    message = str(refused.value)
+    assert "\n" not in message and "any user of this host" in message and "fix: use tls://" in message
+    assert "--insecure-tcp" in message
+    assert check_transport(address, None, True, fix_tls="--tls-*") == address
 
 
 def test_tls_needs_all_three_files_and_a_tls_address(tmp_path):
@@ -130,13 +140,36 @@ def test_insecure_tcp_lets_a_remote_address_through_to_the_connect(monkeypatch):
     assert [t["address"] for t in tried] == [REMOTE]
 
 
-def test_the_worker_launcher_refuses_a_remote_scheduler_without_a_host_or_over_plain_tcp():
+def test_plain_tcp_on_loopback_is_refused_by_doit_tune_and_warned_of_with_the_opt_in(tmp_path, monkeypatch, capsys):
+    project = make_project(tmp_path, MANIFEST)
+    refused = tune(project, "--executor", "dask", "--scheduler", "tcp://127.0.0.1:1", check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "refusing plain tcp to the Dask scheduler at tcp://127.0.0.1:1" in refused.stderr
+    assert "--insecure-tcp" in refused.stderr and "--tls-ca-file" in refused.stderr
+
+    import distributed
+
+    from aot_tune.bench.dask.client import ClusterDevices
+
+    def refuse(**kwargs):  # faked: the test contacts nothing
+        raise OSError("faked: not contacted")
+
+    monkeypatch.setattr(distributed, "Client", refuse)
+    capsys.readouterr()
+    with pytest.raises(TuneError, match="cannot reach the Dask scheduler"):
+        ClusterDevices("tcp://127.0.0.1:1", insecure_tcp=True)
+    (warning,) = capsys.readouterr().err.strip().splitlines()
+    assert "warning: plain tcp to the Dask scheduler at tcp://127.0.0.1:1 (--insecure-tcp)" in warning
+
+
+def test_the_worker_launcher_refuses_plain_tcp_and_a_remote_scheduler_without_a_host():
     def launch(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "aot_tune.bench.dask", "worker", *args, "--interpreter", "1"],
                               env=subprocess_env(), capture_output=True, text=True, timeout=60)
 
-    plain = launch(REMOTE)
-    assert plain.returncode != 0 and "refusing plain tcp" in plain.stderr and "Traceback" not in plain.stderr
+    for address in (REMOTE, "tcp://127.0.0.1:1"):
+        plain = launch(address)
+        assert plain.returncode != 0 and "refusing plain tcp" in plain.stderr and "Traceback" not in plain.stderr
     hostless = launch(REMOTE, "--insecure-tcp")
     assert hostless.returncode != 0 and "fix: pass --host" in hostless.stderr
     assert len(hostless.stderr.strip().splitlines()) == 1
