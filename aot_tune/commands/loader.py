@@ -213,7 +213,7 @@ class ManifestLoader(TaskLoader2):
                                 "or drop --scheduler")
             return None
         if not scheduler:
-            raise TuneError("--executor dask needs the scheduler's address; fix: add --scheduler tcp://host:8786 "
+            raise TuneError("--executor dask needs the scheduler's address; fix: add --scheduler tls://host:8786 "
                             "(or set scheduler under [tool.doit.commands.tune] in pyproject.toml)")
         from aot_tune.bench.dask.client import ClusterDevices
         from aot_tune.bench.dask.security import TlsFiles

@@ -36,7 +36,7 @@ opt_executor = {
 
 opt_scheduler = {
     "name": "scheduler", "long": "scheduler", "type": str, "default": "",
-    "help": "with --executor dask: the scheduler's address (tcp://host:8786) or scheduler file",
+    "help": "with --executor dask: the scheduler's address (tls://host:8786) or scheduler file",
 }
 
 opt_tls_ca_file = {
@@ -56,8 +56,8 @@ opt_tls_key = {
 
 opt_insecure_tcp = {
     "name": "insecure_tcp", "long": "insecure-tcp", "type": bool, "default": False,
-    "help": "with --executor dask: accept a plain tcp:// scheduler on another host (anyone reaching it or a "
-            "worker can run code on the workers and on this host: only on a network you trust)",
+    "help": "with --executor dask: accept a plain tcp:// scheduler, loopback included, with a warning (anyone "
+            "reaching it or a worker can run code on the workers and on this host: only if all of them are trusted)",
 }
 
 opt_worker_wait = {

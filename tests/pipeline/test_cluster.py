@@ -148,17 +148,17 @@ def cluster(tmp_path: Path, workers: int):
     return LocalCluster(tmp_path / "cluster", interpreter=workers, env=subprocess_env(), name="t")
 
 
-def dask_tune(project: Path, scheduler: Path, *args: str, check: bool = True):
-    return tune(project, "--executor", "dask", "--scheduler", str(scheduler), "-n", "2", *args, check=check)
+def dask_tune(project: Path, dask, *args: str, check: bool = True):
+    return tune(project, "--executor", "dask", *dask.tune_args(), "-n", "2", *args, check=check)
 
 
-def start_dask_tune(project: Path, scheduler: Path, *args: str):
+def start_dask_tune(project: Path, dask, *args: str):
     import subprocess
 
     from tunerun import doit_command
 
     return subprocess.Popen(doit_command("tune", "--bench-backend", "interpreter", "--executor", "dask",
-                                         "--scheduler", str(scheduler), "-n", "2", *args),
+                                         *dask.tune_args(), "-n", "2", *args),
                             cwd=project, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
@@ -177,7 +177,7 @@ def wait_for(condition, what: str, timeout_s: float = 120.0) -> None:
 
 def test_a_dask_run_writes_what_a_local_run_writes(project, tmp_path):
     with cluster(tmp_path, 2) as dask:
-        first = dask_tune(project, dask.scheduler_file)
+        first = dask_tune(project, dask)
         started = dask.batches_started()
     assert "benchmarking on the Dask cluster" in first.stderr and "2 x interpreter" in first.stderr
     assert sum(n.startswith("bench:vector_add:interpreter:") for n in executed(first)) == len(SHAPES)
@@ -194,7 +194,7 @@ def test_a_dask_run_writes_what_a_local_run_writes(project, tmp_path):
 
 def test_a_worker_killed_mid_task_loses_only_that_task_which_reruns_on_another(project, tmp_path):
     with cluster(tmp_path, 2) as dask:
-        run = start_dask_tune(project, dask.scheduler_file)
+        run = start_dask_tune(project, dask)
         wait_for(lambda: dask.batches_started(), "a bench task to start on a worker")
         victim, label = dask.batches_started()[0]
         os.kill(dask.worker_pids()[victim], signal.SIGKILL)
@@ -211,7 +211,7 @@ def test_a_worker_killed_mid_task_loses_only_that_task_which_reruns_on_another(p
 
 def test_when_no_worker_of_a_model_is_left_its_tasks_fail_with_a_reason(project, tmp_path):
     with cluster(tmp_path, 1) as dask:
-        run = start_dask_tune(project, dask.scheduler_file, "--worker-wait", "2")
+        run = start_dask_tune(project, dask, "--worker-wait", "2")
         wait_for(lambda: len(outputs(project)) >= 1 and len(dask.batches_started()) >= 2,
                  "a finished shape and a second bench task")
         os.kill(dask.worker_pids()["t-interpreter0"], signal.SIGKILL)
@@ -228,7 +228,7 @@ def test_when_no_worker_of_a_model_is_left_its_tasks_fail_with_a_reason(project,
 
 def test_when_the_scheduler_goes_away_the_run_fails_cleanly_and_resumes(project, tmp_path):
     with cluster(tmp_path, 2) as dask:
-        run = start_dask_tune(project, dask.scheduler_file)
+        run = start_dask_tune(project, dask)
         wait_for(lambda: len(outputs(project)) >= 1, "a finished shape")
         dask.scheduler.kill()
         out, err = run.communicate(timeout=300)
@@ -266,7 +266,7 @@ def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_pat
                            config_id=unit.configs[0].id, config=unit.configs[0].params, settings=spec.bench,
                            kernel_hashes=tuple(hashes))
     with cluster(tmp_path, 1) as dask:
-        devices = ClusterDevices(str(dask.scheduler_file), worker_wait_s=10, log=lambda line: None)
+        devices = ClusterDevices(str(dask.scheduler_file), worker_wait_s=10, log=lambda line: None, tls=dask.tls)
         try:
             (device,) = devices.discover(versions())
             devices.use_project(project, [spec.kernel, spec.launch, spec.inputs, spec.reference],
@@ -293,7 +293,7 @@ def test_a_dry_run_on_the_cluster_plans_its_devices_and_writes_nothing(tmp_path)
     fresh = make_project(tmp_path / "fresh", MANIFEST)
     with cluster(tmp_path, 2) as dask:
         proc = doit(fresh, "tune", "--dry-run", "--bench-backend", "interpreter", "--executor", "dask",
-                    "--scheduler", str(dask.scheduler_file), "-n", "2")
+                    *dask.tune_args(), "-n", "2")
         assert dask.batches_started() == []
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("dry run of tuning.yaml on 2 x interpreter: nothing is compiled")

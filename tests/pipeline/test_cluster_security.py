@@ -1,13 +1,20 @@
-"""Who can reach the bench cluster: the local cluster listens on loopback only with no dashboard,
-plain TCP to a scheduler on another host is refused before anything is contacted, and a TLS
-cluster works end to end. Only loopback addresses are ever contacted here."""
+"""Who can reach the bench cluster: the local cluster speaks TLS with throwaway credentials and
+listens on loopback only with no dashboard, plain TCP to a scheduler (loopback included) is
+refused before anything is contacted unless the user opts in, and a TLS cluster works end to
+end. Only loopback addresses are ever contacted here."""
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import shutil
+import socket
+import ssl
+import stat
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,6 +22,8 @@ from pathlib import Path
 import pytest
 from tunerun import make_project, subprocess_env, tune, vector_add_manifest
 
+from aot_tune.bench.dask import credentials
+from aot_tune.bench.dask.credentials import make_credentials
 from aot_tune.bench.dask.security import TlsFiles, check_transport, is_loopback, split_address
 from aot_tune.errors import TuneError
 
@@ -74,7 +83,17 @@ def test_plain_tcp_to_another_host_is_refused_with_one_line(tmp_path):
     with pytest.raises(TuneError, match="refusing plain tcp"):
         check_transport(str(scheduler_file), None, False, fix_tls="--tls-*")
     assert check_transport(REMOTE, None, True, fix_tls="--tls-*") == REMOTE
-    assert check_transport("tcp://127.0.0.1:8786", None, False, fix_tls="--tls-*") == "tcp://127.0.0.1:8786"
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:8786", "localhost:8786", "tcp://[::1]:8786"])
+def test_plain_tcp_on_loopback_is_refused_too_unless_opted_in(address):
+    """Every user of a shared host reaches loopback."""
+    with pytest.raises(TuneError) as refused:
+        check_transport(address, None, False, fix_tls="--tls-*")
+    message = str(refused.value)
+    assert "\n" not in message and "any user of this host" in message and "fix: use tls://" in message
+    assert "--insecure-tcp" in message
+    assert check_transport(address, None, True, fix_tls="--tls-*") == address
 
 
 def test_tls_needs_all_three_files_and_a_tls_address(tmp_path):
@@ -121,28 +140,74 @@ def test_insecure_tcp_lets_a_remote_address_through_to_the_connect(monkeypatch):
     assert [t["address"] for t in tried] == [REMOTE]
 
 
-def test_the_worker_launcher_refuses_a_remote_scheduler_without_a_host_or_over_plain_tcp():
+def test_plain_tcp_on_loopback_is_refused_by_doit_tune_and_warned_of_with_the_opt_in(tmp_path, monkeypatch, capsys):
+    project = make_project(tmp_path, MANIFEST)
+    refused = tune(project, "--executor", "dask", "--scheduler", "tcp://127.0.0.1:1", check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "refusing plain tcp to the Dask scheduler at tcp://127.0.0.1:1" in refused.stderr
+    assert "--insecure-tcp" in refused.stderr and "--tls-ca-file" in refused.stderr
+
+    import distributed
+
+    from aot_tune.bench.dask.client import ClusterDevices
+
+    def refuse(**kwargs):  # faked: the test contacts nothing
+        raise OSError("faked: not contacted")
+
+    monkeypatch.setattr(distributed, "Client", refuse)
+    capsys.readouterr()
+    with pytest.raises(TuneError, match="cannot reach the Dask scheduler"):
+        ClusterDevices("tcp://127.0.0.1:1", insecure_tcp=True)
+    (warning,) = capsys.readouterr().err.strip().splitlines()
+    assert "warning: plain tcp to the Dask scheduler at tcp://127.0.0.1:1 (--insecure-tcp)" in warning
+
+
+def test_the_worker_launcher_refuses_plain_tcp_and_a_remote_scheduler_without_a_host():
     def launch(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "aot_tune.bench.dask", "worker", *args, "--interpreter", "1"],
                               env=subprocess_env(), capture_output=True, text=True, timeout=60)
 
-    plain = launch(REMOTE)
-    assert plain.returncode != 0 and "refusing plain tcp" in plain.stderr and "Traceback" not in plain.stderr
+    for address in (REMOTE, "tcp://127.0.0.1:1"):
+        plain = launch(address)
+        assert plain.returncode != 0 and "refusing plain tcp" in plain.stderr and "Traceback" not in plain.stderr
     hostless = launch(REMOTE, "--insecure-tcp")
     assert hostless.returncode != 0 and "fix: pass --host" in hostless.stderr
     assert len(hostless.stderr.strip().splitlines()) == 1
 
 
 # -- a local cluster ------------------------------------------------------------------------------
-def test_the_local_cluster_listens_on_loopback_only_with_no_dashboard(tmp_path):
+def strangers_cannot_connect(address: str, other_ca: TlsFiles) -> None:
+    """A Client without the cluster's credentials fails, quickly, three ways: no certificates,
+    plain TCP to the TLS port, and certificates of another CA."""
+    from distributed import Client
+
+    port = address.rsplit(":", 1)[1]
+    for target, extra in ((address, {}), (f"tcp://127.0.0.1:{port}", {}),
+                          (address, {"security": other_ca.security("client")})):
+        began = time.monotonic()
+        with pytest.raises((TypeError, OSError, TimeoutError)):  # no SSL context, reset, wrong certificate
+            with Client(target, timeout=3, set_as_default=False, **extra) as client:
+                client.run(os.getpid)  # never reached
+        assert time.monotonic() - began < 30, target
+
+
+def test_the_local_cluster_speaks_tls_on_loopback_only_with_no_dashboard(tmp_path, certificates):
     from aot_tune.bench.dask.local import LocalCluster
 
-    with LocalCluster(tmp_path / "cluster", interpreter=1, env=subprocess_env(), name="s") as dask:
+    folder = tmp_path / "cluster"
+    with LocalCluster(folder, interpreter=1, env=subprocess_env(), name="s") as dask:
         with dask.client() as client:
             info = client.scheduler_info(n_workers=-1)
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [folder / "tls", *(folder / "tls").iterdir()]}
+        strangers_cannot_connect(info["address"], certificates)
         sockets = listening(cluster_pids(dask))
         ports = [info["services"]["dashboard"], *(w["services"]["dashboard"] for w in info["workers"].values())]
         statuses = [http_status(f"http://127.0.0.1:{port}/status") for port in ports]
+        assert dask.tune_args() == ["--scheduler", str(dask.scheduler_file), *dask.tls.cli_args()]
+    assert not (folder / "tls").exists()  # the throwaway credentials go with the cluster
+    assert modes == {"tls": 0o700, "ca.pem": 0o600, "cluster.pem": 0o600, "cluster.key": 0o600}
+    assert info["address"].startswith("tls://127.0.0.1:")
+    assert [a.split("://")[0] for a in info["workers"]] == ["tls"]
     assert split_address(info["address"])[1] == "127.0.0.1"
     assert [split_address(a)[1] for a in info["workers"]] == ["127.0.0.1"]
     assert sockets and all(is_loopback(ip) for ip, _ in sockets), sockets
@@ -152,6 +217,49 @@ def test_the_local_cluster_listens_on_loopback_only_with_no_dashboard(tmp_path):
 
 
 # -- TLS ------------------------------------------------------------------------------------------
+def handshake(files: TlsFiles) -> str:
+    """The peer's common name after a TLS handshake both ways, with Dask's checks (and strict X.509)."""
+    def context(purpose):
+        ctx = ssl.create_default_context(purpose=purpose, cafile=files.ca_file)
+        ctx.load_cert_chain(files.cert, files.key)
+        ctx.verify_mode, ctx.check_hostname = ssl.CERT_REQUIRED, False
+        ctx.verify_flags |= getattr(ssl, "VERIFY_X509_STRICT", 0)
+        return ctx
+
+    left, right = socket.socketpair()
+    server = context(ssl.Purpose.CLIENT_AUTH).wrap_socket(left, server_side=True, do_handshake_on_connect=False)
+    client = context(ssl.Purpose.SERVER_AUTH).wrap_socket(right, do_handshake_on_connect=False)
+    thread = threading.Thread(target=server.do_handshake)
+    thread.start()
+    client.do_handshake()
+    thread.join()
+    name = dict(pair[0] for pair in client.getpeercert()["subject"])["commonName"]
+    client.close()
+    server.close()
+    return name
+
+
+@pytest.mark.parametrize("backend", ["cryptography", "openssl"])
+def test_throwaway_credentials_are_a_ca_and_a_certificate_it_signed(tmp_path, backend):
+    if backend == "cryptography":
+        pytest.importorskip("cryptography")
+    elif shutil.which("openssl") is None:
+        pytest.skip("no openssl command here")
+    files = make_credentials(tmp_path / "tls", backend=backend)
+    assert handshake(files) == credentials.NAME
+    assert sorted(p.name for p in (tmp_path / "tls").iterdir()) == ["ca.pem", "cluster.key", "cluster.pem"]
+    assert stat.S_IMODE((tmp_path / "tls").stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "tls").iterdir()} == {0o600}
+
+
+def test_without_cryptography_or_openssl_the_credentials_are_one_line_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # import fails
+    monkeypatch.setattr(credentials.shutil, "which", lambda name: None)
+    with pytest.raises(TuneError) as missing:
+        make_credentials(tmp_path / "tls")
+    assert "\n" not in str(missing.value) and "fix: pip install cryptography" in str(missing.value)
+
+
 @pytest.fixture
 def certificates(tmp_path) -> TlsFiles:
     """A throwaway self-signed CA certificate that also serves as every side's certificate."""

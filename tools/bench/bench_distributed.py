@@ -8,7 +8,8 @@
    * local: `doit tune` with CUDA_VISIBLE_DEVICES set to that many GPUs;
    * dask: a scheduler on this host and one bench worker per GPU (aot_tune.bench.dask.local), started
      and registered before the timer starts (an existing cluster), then
-     `doit tune --executor dask --scheduler FILE`.
+     `doit tune --executor dask --scheduler FILE --tls-ca-file ... --tls-cert ... --tls-key ...` (the
+     cluster's throwaway TLS credentials).
 
 Prints each run's wall time (the whole `doit tune` process) and bench stage (its last progress
 line), speedup over the same executor on 1 GPU, the dask run against the local one on the same
@@ -194,7 +195,7 @@ def main() -> None:
                 print(f"  dask cluster with {run.gpus} worker(s) up in {time.perf_counter() - started:.1f} s",
                       flush=True)
                 tune(project, run, args.kernels,
-                     [*backend, "--executor", "dask", "--scheduler", str(cluster.scheduler_file)])
+                     [*backend, "--executor", "dask", *cluster.tune_args()])
                 installed = sum(int(n) for n in re.findall(r"\((\d+) Triton cache entries installed\)",
                                                            cluster.workers_log.read_text()))
                 print(f"  Triton cache entries installed on the workers: {installed}", flush=True)

@@ -1,9 +1,9 @@
 """Start aot_tune bench workers for a Dask scheduler: one Dask worker process per local GPU.
 
-    python -m aot_tune.bench.dask worker tls://head:8786 --host 10.0.0.5 \
-        --tls-ca-file ca.pem --tls-cert gpu-host.pem --tls-key gpu-host.key  # every visible GPU
-    python -m aot_tune.bench.dask worker tcp://127.0.0.1:8786 --gpus 0 1     # a scheduler on this host
-    python -m aot_tune.bench.dask worker scheduler.json --interpreter 2      # CPU workers (tests, trials)
+    TLS="--tls-ca-file ca.pem --tls-cert gpu-host.pem --tls-key gpu-host.key"  # signed by the cluster's CA
+    python -m aot_tune.bench.dask worker tls://head:8786 --host 10.0.0.5 $TLS   # every visible GPU
+    python -m aot_tune.bench.dask worker tls://127.0.0.1:8786 --gpus 0 1 $TLS  # a scheduler on this host
+    python -m aot_tune.bench.dask worker scheduler.json --interpreter 2 $TLS   # CPU workers (tests, trials)
 
 Each worker sees one GPU (``CUDA_VISIBLE_DEVICES``), runs one thread, and declares its device
 model as the resource ``aot_tune:<device key>=1``. Workers run without a nanny, so they can
@@ -11,8 +11,8 @@ start their device process; stop them all with Ctrl-C or SIGTERM to this launche
 
 Anyone who reaches a worker can run code in it: workers listen on loopback unless ``--host``
 names another address (required when the scheduler is on another host), have no dashboard
-(their HTTP endpoint is on loopback), and refuse plain TCP to a scheduler on another host unless
-``--insecure-tcp`` is given (aot_tune.bench.dask.security).
+(their HTTP endpoint is on loopback), and refuse plain TCP to a scheduler, loopback included,
+unless ``--insecure-tcp`` is given (aot_tune.bench.dask.security).
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ import time
 from aot_tune.runtime.devices import INTERPRETER, device_key
 from aot_tune.bench.local.detect import visible_gpus
 from aot_tune.bench.dask import resource_name
-from aot_tune.bench.dask.security import TLS_OPTIONS, TlsFiles, check_transport, is_loopback, split_address
+from aot_tune.bench.dask.security import (TLS_OPTIONS, TlsFiles, check_transport, is_loopback, split_address,
+                                         warn_if_plain)
 from aot_tune.errors import TuneError
 
 LOOPBACK = "127.0.0.1"
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aot_tune.bench.dask", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="start bench workers on this host (one per GPU)")
-    worker.add_argument("scheduler", help="the scheduler's address (tcp://host:8786) or its scheduler file")
+    worker.add_argument("scheduler", help="the scheduler's address (tls://host:8786) or its scheduler file")
     worker.add_argument("--gpus", nargs="+", metavar="INDEX", help="nvidia-smi indices of the GPUs to serve "
                         "[default: every visible GPU]")
     worker.add_argument("--interpreter", type=int, default=0, metavar="N",
@@ -50,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--tls-ca-file", default="", help="with a tls:// scheduler: the cluster's CA certificate(s) (PEM)")
     worker.add_argument("--tls-cert", default="", help="with a tls:// scheduler: this host's certificate (PEM)")
     worker.add_argument("--tls-key", default="", help="with a tls:// scheduler: the private key of --tls-cert (PEM)")
-    worker.add_argument("--insecure-tcp", action="store_true", help="accept a plain tcp:// scheduler on another "
-                        "host (anyone reaching it or a worker can run code in the workers: a trusted network only)")
+    worker.add_argument("--insecure-tcp", action="store_true", help="accept a plain tcp:// scheduler, loopback "
+                        "included (anyone reaching it or a worker can run code in the workers: trusted users only)")
     worker.add_argument("--one", nargs=2, metavar=("KIND", "NAME"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args.host = args.host or _default_host(address)
     if args.one:
         return _serve(args, args.one[0], args.one[1])
+    warn_if_plain(address)  # once, by the launcher
     return _launch(args)
 
 

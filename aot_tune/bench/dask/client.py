@@ -37,7 +37,7 @@ from aot_tune.triton_compat import pack_cache_entry
 from aot_tune.bench.dask import declared_kinds, resource_name
 from aot_tune.bench.dask.remote import BatchResult, RemoteBatch, WorkerDescription, describe, run_batch, warm
 from aot_tune.bench.dask.sources import SourceBundle, project_sources
-from aot_tune.bench.dask.security import TLS_OPTIONS, TlsFiles, check_transport
+from aot_tune.bench.dask.security import TLS_OPTIONS, TlsFiles, check_transport, warn_if_plain
 
 CONNECT_TIMEOUT_S = 20.0
 #: How often a waiting bench task looks at the cluster's workers.
@@ -57,8 +57,8 @@ class ClusterDevices(Runner):
 
     def __init__(self, address: str, worker_wait_s: float = DEFAULT_WORKER_WAIT_S, log=print, *,
                  tls: TlsFiles | None = None, insecure_tcp: bool = False) -> None:
-        # Judged before anything is contacted: plain TCP off this host lets others run code here.
-        check_transport(address, tls, insecure_tcp, fix_tls=TLS_OPTIONS)
+        # Judged before anything is contacted: plain TCP lets others run code here.
+        resolved = check_transport(address, tls, insecure_tcp, fix_tls=TLS_OPTIONS)
         try:
             from distributed import Client
         except ImportError:
@@ -79,6 +79,7 @@ class ClusterDevices(Runner):
         target = {"scheduler_file": address} if os.path.isfile(address) else {"address": address}
         if tls is not None:
             target["security"] = tls.security("client")
+        warn_if_plain(resolved)
         try:
             self.client = Client(**target, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except (OSError, TimeoutError, asyncio.TimeoutError) as exc:

@@ -2,21 +2,26 @@
 on one host, and for the tests and tools.bench.bench_distributed.
 
     with LocalCluster(folder, gpus=["0", "1"]) as cluster:   # or interpreter=2 on a CPU
-        ... doit tune --executor dask --scheduler {cluster.scheduler_file}
+        ... doit tune --executor dask {" ".join(cluster.tune_args())}
 
-Everything listens on loopback only, with no dashboard (anyone reaching a Dask scheduler or
-worker can run code in it); given ``tls`` certificates, the cluster speaks TLS only.
+Everything listens on loopback only, with no dashboard, and speaks TLS only: anyone reaching a
+Dask scheduler or worker can run code in it, and on a shared host every local user reaches
+loopback. Without ``tls`` certificates the cluster makes throwaway ones in ``folder/tls``
+(aot_tune.bench.dask.credentials), which its clients, and ``doit tune`` given ``tune_args()``,
+present; they are removed on stop.
 """
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from aot_tune.bench.dask.credentials import make_credentials
 from aot_tune.bench.dask.security import TlsFiles
 
 LOOPBACK = "127.0.0.1"
@@ -34,11 +39,16 @@ class LocalCluster:
         self._env = env if env is not None else dict(os.environ)
         self._name = name
         self.tls = tls
+        self._own_tls = self.folder / "tls" if tls is None else None
         self.scheduler: subprocess.Popen | None = None
         self.launcher: subprocess.Popen | None = None
 
     def __enter__(self) -> "LocalCluster":
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # what did start, and the credentials
+            raise
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -49,6 +59,8 @@ class LocalCluster:
         """Start the scheduler, then the workers, and wait until every worker has registered."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self.scheduler_file.unlink(missing_ok=True)
+        if self._own_tls is not None:
+            self.tls = make_credentials(self._own_tls)
         env = {**self._env, "PYTHONUNBUFFERED": "1"}
         with open(self.scheduler_log, "w") as log:
             self.scheduler = subprocess.Popen(
@@ -69,16 +81,19 @@ class LocalCluster:
         self.wait_for_workers(self.expected, deadline - time.monotonic())
 
     def _tls_args(self, scheduler: bool = False) -> list[str]:
-        if self.tls is None:
-            return []
         return (["--protocol", "tls"] if scheduler else []) + self.tls.cli_args()
 
+    def tune_args(self) -> list[str]:
+        """The options of ``doit tune --executor dask`` that reach this cluster: its scheduler
+        file and certificates."""
+        return ["--scheduler", str(self.scheduler_file), *self.tls.cli_args()]
+
     def client(self, timeout_s: float = 20.0):
-        """A Dask client of this cluster (with its certificates when it speaks TLS)."""
+        """A Dask client of this cluster, presenting its certificates."""
         from distributed import Client
 
-        security = {} if self.tls is None else {"security": self.tls.security("client")}
-        return Client(scheduler_file=str(self.scheduler_file), timeout=max(timeout_s, 1.0), **security)
+        return Client(scheduler_file=str(self.scheduler_file), timeout=max(timeout_s, 1.0),
+                      security=self.tls.security("client"))
 
     def wait_for_workers(self, count: int, timeout_s: float) -> None:
         with self.client(timeout_s) as client:
@@ -95,7 +110,8 @@ class LocalCluster:
         return re.findall(r"^\[aot_tune (\S+)\] (.+?): \d+ configs", text, flags=re.MULTILINE)
 
     def stop(self) -> None:
-        """Stop the workers (the launcher stops its children), then the scheduler."""
+        """Stop the workers (the launcher stops its children), then the scheduler, and remove the
+        throwaway credentials."""
         if self.launcher is not None and self.launcher.poll() is None:
             self.launcher.send_signal(signal.SIGTERM)
             try:
@@ -110,3 +126,5 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 self.scheduler.kill()
                 self.scheduler.wait()
+        if self._own_tls is not None:
+            shutil.rmtree(self._own_tls, ignore_errors=True)

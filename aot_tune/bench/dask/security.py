@@ -1,16 +1,17 @@
 """Who may talk to the cluster: the transport rules a bench run and the worker launcher follow.
 
 Anyone who reaches a Dask scheduler or worker over plain TCP can run code on the workers
-(``Client(addr).run(...)``) and hand the tuning host pickles to load. So plain TCP is accepted
-only on loopback or when the user says the network is trusted (``--insecure-tcp``); any other
-cluster is reached over ``tls://`` with a CA and a certificate (Dask's ``Security``). Importing
-this module does not import Dask.
+(``Client(addr).run(...)``) and hand the tuning host pickles to load. Loopback is no boundary:
+every user of a shared host reaches it. So a cluster is reached over ``tls://`` with a CA and a
+certificate (Dask's ``Security``), and plain TCP only when the user says everyone who can reach
+it is trusted (``--insecure-tcp``), with a warning. Importing this module does not import Dask.
 """
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import sys
 from dataclasses import dataclass
 
 from aot_tune.errors import TuneError
@@ -92,7 +93,7 @@ def is_loopback(host: str) -> bool:
 
 def check_transport(target: str, tls: TlsFiles | None, insecure_tcp: bool, *, fix_tls: str) -> str:
     """The scheduler's address, once it is safe to connect to it: tls:// with certificates, or
-    plain TCP on loopback or with ``insecure_tcp``. Raises a one-line TuneError otherwise;
+    plain TCP (loopback included) with ``insecure_tcp``. Raises a one-line TuneError otherwise;
     ``fix_tls`` names the options that give the certificates. Nothing is contacted."""
     address = scheduler_address(target)
     scheme, host = split_address(address)
@@ -105,8 +106,18 @@ def check_transport(target: str, tls: TlsFiles | None, insecure_tcp: bool, *, fi
         raise TuneError(f"TLS certificates were given but the Dask scheduler at {address} is plain {scheme}; "
                         f"fix: start it with TLS (dask scheduler --tls-ca-file ... --tls-cert ... --tls-key ...) "
                         f"and use its tls:// address")
-    if not is_loopback(host) and not insecure_tcp:
-        raise TuneError(f"refusing plain {scheme} to the Dask scheduler at {address}: anyone on the network who "
-                        f"reaches it or a worker can run code on the workers and on this host; fix: use tls:// "
-                        f"with {fix_tls}, or pass --insecure-tcp on a network you trust")
+    if not insecure_tcp:
+        who = "any user of this host" if is_loopback(host) else "anyone on the network"
+        raise TuneError(f"refusing plain {scheme} to the Dask scheduler at {address}: {who} can connect to it or "
+                        f"a worker and run code on the workers and on this host; fix: use tls:// with {fix_tls}, "
+                        f"or pass --insecure-tcp if everyone who can reach it is trusted")
     return address
+
+
+def warn_if_plain(address: str) -> None:
+    """One line on stderr before connecting over plain TCP (allowed by ``--insecure-tcp``)."""
+    scheme = split_address(address)[0]
+    if scheme != "tls":
+        print(f"aot_tune: warning: plain {scheme} to the Dask scheduler at {address} (--insecure-tcp): "
+              f"nothing is encrypted or authenticated; whoever reaches it or a worker can run code on the "
+              f"workers and on this host", file=sys.stderr, flush=True)
