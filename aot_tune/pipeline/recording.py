@@ -13,6 +13,7 @@ from aot_tune.bench.runner import ConfigMeasurement, DeviceInfo, DeviceModel
 from aot_tune.fingerprint import Toolchain
 from aot_tune.pipeline.plan import BenchUnit, KernelPlan, shape_label
 from aot_tune.search import strategies as search
+from aot_tune.search.budget import SearchResult
 from aot_tune.select import choose
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, Search, TuningRecord
@@ -68,7 +69,7 @@ def measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.0
     return entry
 
 
-def search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> Search:
+def search_proto(unit: BenchUnit, result: SearchResult, reused: int) -> Search:
     """What a record says about the search that produced it (see aot_tune.tuning.proto)."""
     settings = unit.search
     info = Search(strategy=settings.strategy, budget_configs=settings.budget_configs or 0,
