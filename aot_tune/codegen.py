@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from aot_tune import __version__
 from aot_tune.cache import printable
 from aot_tune.errors import TuneError
-from aot_tune.fingerprint import digest
+from aot_tune.sources import digest
 from aot_tune.select import selected_tables
 from aot_tune.tuning_schema import TuningCache
 

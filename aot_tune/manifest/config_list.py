@@ -5,7 +5,7 @@ inline mappings, or ``module:attr`` naming a ``@triton.autotune`` decorator's ow
 A ``module:attr`` list is read by importing its module, which imports triton, so it is done only
 when the source that defines the list changed: the expanded list is kept in
 ``.aot_tune/configs/<module>.<attr>.json`` under the fingerprint of that source (the list's
-definition and everything it reaches, aot_tune.fingerprint.SourceIndex), and a no-op run reads
+definition and everything it reaches, aot_tune.sources.SourceIndex), and a no-op run reads
 that file and imports nothing.
 """
 
@@ -20,6 +20,7 @@ from aot_tune.fileio import write_atomic
 from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _list
 from aot_tune.manifest.space_rules import _check_value, _constraints, _fail_constraint
 from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.sources import SourceIndex
 from aot_tune.space import FUNCTIONS, Config, ConfigSpace, ConstraintError
 
 #: Where expanded ``module:attr`` lists are kept, under the manifest's folder.
@@ -81,8 +82,6 @@ def _entry(ctx: _Ctx, entry: Any, key: str, line: int, dims: tuple[str, ...], re
 def resolve_configs(ctx: _Ctx, ref: str, root: Path, key: str, line: int) -> list[dict]:
     """The list ``module:attr`` names, as plain dicts: from the cache while the source that
     defines it is unchanged, else by importing the module (once per change)."""
-    from aot_tune.fingerprint import SourceIndex
-
     try:
         fingerprint = SourceIndex(root).closure([ref])
     except TuneError as e:

@@ -15,8 +15,9 @@ from typing import Collection, Sequence
 
 from aot_tune.cache import record_full_shape
 from aot_tune.search import strategies as search
-from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, SourceIndex, Toolchain, baselines_fingerprint, bench_fingerprint, digest,
+from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, Toolchain, baselines_fingerprint, bench_fingerprint,
                                   measured_dependencies, spec_closure)
+from aot_tune.sources import SourceIndex, digest
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import KernelSpec, Manifest, SearchSettings
 from aot_tune.space import Config

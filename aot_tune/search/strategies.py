@@ -58,7 +58,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from aot_tune.fingerprint import digest
+from aot_tune.sources import digest
 from aot_tune.manifest import SearchSettings
 from aot_tune.space import Config
 from aot_tune.search.budget import Measure, MeasureBatch, SearchResult, SearchRun, Verdicts, known_verdicts

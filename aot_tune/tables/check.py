@@ -36,7 +36,8 @@ from aot_tune import exports
 from aot_tune.cache import Mismatch, record_full_shape
 from aot_tune.codegen import committed_as_generated, is_generated, render_kernel
 from aot_tune.errors import program
-from aot_tune.fingerprint import SourceIndex, measured_dependencies
+from aot_tune.fingerprint import measured_dependencies
+from aot_tune.sources import SourceIndex
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.plan import shape_label
 from aot_tune.pipeline.staleness import ManifestChange, manifest_changes, record_problem

@@ -29,7 +29,8 @@ from aot_tune import cache as cache_io, exports
 from aot_tune.cache import CheckedCache
 from aot_tune.codegen import ensure_generated, render_kernel, write_module
 from aot_tune.errors import TuneError
-from aot_tune.fingerprint import SourceIndex, measured_code
+from aot_tune.fingerprint import measured_code
+from aot_tune.sources import SourceIndex
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.staleness import record_problem
 from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
