@@ -20,11 +20,12 @@ from aot_tune.fileio import write_atomic
 from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _list
 from aot_tune.manifest.space_rules import _check_value, _constraints, _fail_constraint
 from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.runs import WORK_DIR
 from aot_tune.sources import SourceIndex
 from aot_tune.space import FUNCTIONS, Config, ConfigSpace, ConstraintError
 
 #: Where expanded ``module:attr`` lists are kept, under the manifest's folder.
-CONFIGS_CACHE = Path(".aot_tune") / "configs"
+CONFIGS_CACHE = Path(WORK_DIR) / "configs"
 #: A triton.Config's launch options, and for the optional ones the value that means "not set".
 _TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
 MAX_LISTED_CONFIGS = 10_000

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _list, _mapping, _string
 from aot_tune.manifest.output_paths import _path_problem, _source_modules
 from aot_tune.manifest.records import Defaults, ExportSpec, KernelSpec
+from aot_tune.runs import WORK_DIR
 from aot_tune.manifest.yaml_lines import _Map
 
 #: What every path may name besides the kernel's key dims.
@@ -26,8 +27,6 @@ MAX_VALUE = 64
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _EXPORTER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-#: aot_tune's own work folder: never checked in, so no export belongs there.
-_WORK_DIR = ".aot_tune"
 _EXAMPLE = '{to: json, path: "configs/{kernel},device_name={device_name}.json"}'
 
 
@@ -121,8 +120,8 @@ def _check_exports(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top:
             problem = _path_problem(path, root, sources)
             if problem:
                 fail(problem, 'keep it inside the project, e.g. path: "configs/{kernel},device={device}.json"')
-            if path == _WORK_DIR or path.startswith(_WORK_DIR + "/"):
-                fail(f"{export.path!r} is inside {_WORK_DIR}/, aot_tune's work folder, which is not checked in",
+            if path == WORK_DIR or path.startswith(WORK_DIR + "/"):
+                fail(f"{export.path!r} is inside {WORK_DIR}/, aot_tune's work folder, which is not checked in",
                      'write it where your library reads it, e.g. path: "configs/{kernel},device={device}.json"')
             pattern = _pattern(path)
             for output, what in outputs.items():

@@ -20,16 +20,10 @@ from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, Toolchain, baseline
 from aot_tune.sources import SourceIndex, digest
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import KernelSpec, Manifest, SearchSettings
+from aot_tune.runs import WORK_DIR, shape_label
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializationTable, read_table
 from aot_tune.tuning_schema import TuningRecord
-
-WORK_DIR = ".aot_tune"
-
-
-def shape_label(shape: tuple[int, ...]) -> str:
-    return "x".join(str(v) for v in shape)
-
 
 Launch = tuple[tuple[int, ...], str]  # (shape, dtype)
 

@@ -36,8 +36,8 @@ from aot_tune.fileio import write_atomic
 from aot_tune.errors import program
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.build.compile import CompileRecord
-from aot_tune.pipeline.plan import WORK_DIR, shape_label
-from aot_tune.pipeline.runlog import RUNS_FILE, RunRecord, read_runs, time_split
+from aot_tune.runs import WORK_DIR, shape_label
+from aot_tune.runs.log import RUNS_FILE, RunRecord, read_runs, time_split
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 

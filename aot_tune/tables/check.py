@@ -39,7 +39,7 @@ from aot_tune.errors import program
 from aot_tune.fingerprint import measured_dependencies
 from aot_tune.sources import SourceIndex
 from aot_tune.manifest import KernelSpec, Manifest
-from aot_tune.pipeline.plan import shape_label
+from aot_tune.runs import shape_label
 from aot_tune.pipeline.staleness import ManifestChange, manifest_changes, record_problem
 from aot_tune.runtime.devices import INTERPRETER
 from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message

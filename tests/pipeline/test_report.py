@@ -20,7 +20,7 @@ from aot_tune.manifest import load_manifest
 from aot_tune.reports import plots
 from aot_tune.reports.report import ShapeRow, Timed, build_report, write_report
 from aot_tune.build.compile import CompileRecord, CompileResult
-from aot_tune.pipeline.runlog import RunRecord, append_run, read_runs, time_split
+from aot_tune.runs.log import RunRecord, append_run, read_runs, time_split
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
