@@ -9,7 +9,7 @@ through ``python_literal`` (``repr`` of plain data only), every string in a comm
 validated when read (aot_tune.cache), but the escaping does not rely on that.
 
 The tables of a module already written are read back with ``module_tables`` by parsing, never
-importing it: a run must not execute a file it is about to judge (aot_tune.tables.guard compares
+importing it: a run must not execute a file it is about to judge (aot_tune.pipeline.guard compares
 them with the cache before anything drops a table).
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ from aot_tune.runs.log import read_runs
 from aot_tune.pipeline.session import TuneSession
 from aot_tune.runs.progress import eprint
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message
+from aot_tune.pipeline.guard import entries_missing_from_cache, lost_tables_message
 from aot_tune.triton_compat import versions
 from aot_tune.workers.pools import Executors
 

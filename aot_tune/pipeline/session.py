@@ -19,7 +19,7 @@ from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.runs.progress import Progress
 from aot_tune.runs.stats import RunStats
-from aot_tune.workers import forking
+from aot_tune import forking
 from aot_tune.workers.pools import Executors
 
 if TYPE_CHECKING:

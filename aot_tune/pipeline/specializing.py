@@ -12,7 +12,7 @@ from aot_tune.pipeline.staleness import Staleness
 from aot_tune.runs.progress import eprint
 from aot_tune.runs.stats import RunStats
 from aot_tune.space import Config
-from aot_tune.workers import forking
+from aot_tune import forking
 from aot_tune.workers.pools import Executors
 
 

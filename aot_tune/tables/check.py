@@ -24,7 +24,7 @@ one line naming the shapes and dtypes it lacks.
 A generated module must be exactly what its cache renders to, byte for byte: a module edited
 by hand (or by anything else) is flagged, and so is one holding tuned entries its cache lacks
 (the cache was deleted, emptied or truncated: the next run would drop those tables), or tables
-whose records the manifest made stale (aot_tune.tables.guard). So must every file of the
+whose records the manifest made stale (aot_tune.pipeline.guard). So must every file of the
 kernel's ``exports:`` (aot_tune.exports): a missing or stale one is flagged.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.runs import shape_label
 from aot_tune.pipeline.staleness import ManifestChange, manifest_changes, record_problem
 from aot_tune.runtime.devices import INTERPRETER
-from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
+from aot_tune.pipeline.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
 from aot_tune.triton_compat import versions
 
 TOOLCHAIN_MODES = ("recorded", "installed")

@@ -217,7 +217,7 @@ _HOLD_WORKERS = """
 import json, sys, time
 from pathlib import Path
 from aot_tune.bench.runner import INTERPRETER_DEVICE
-from aot_tune.workers import forking
+from aot_tune import forking
 from aot_tune.workers.pools import Executors, worker_state
 
 executors = Executors(INTERPRETER_DEVICE, Path(sys.argv[1]), compile_jobs=2)
