@@ -43,7 +43,7 @@ class RunStats:
     fork_server_ready_at: float | None = None
     predicted_s: float | None = None  # what the run predicted at its start (None: nothing)
     predicted: dict[str, float] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def span(self, stage: str, start: float, end: float) -> None:
         """Widen ``stage``'s span to cover [start, end]; stages run on many threads."""
