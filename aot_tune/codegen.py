@@ -9,7 +9,7 @@ through ``python_literal`` (``repr`` of plain data only), every string in a comm
 validated when read (aot_tune.cache), but the escaping does not rely on that.
 
 The tables of a module already written are read back with ``module_tables`` by parsing, never
-importing it: a run must not execute a file it is about to judge (aot_tune.tables.guard compares
+importing it: a run must not execute a file it is about to judge (aot_tune.pipeline.guard compares
 them with the cache before anything drops a table).
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from aot_tune import __version__
 from aot_tune.cache import printable
 from aot_tune.errors import TuneError
-from aot_tune.fingerprint import digest
 from aot_tune.record.recording import DTYPES_DIM, REPLAY
+from aot_tune.sources import digest
 from aot_tune.select import selected_tables
 from aot_tune.tuning_schema import TuningCache
 

@@ -8,6 +8,7 @@ the problem is, what is wrong, and how to fix it.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 #: Longest user value (a module path, a name, a key, a value) a message shows whole.
 SHOWN_CHARACTERS = 120
@@ -85,3 +86,11 @@ class ManifestError(TuneError):
         # Exception pickling replays self.args, which holds only the message;
         # doit may ship errors between processes, so rebuild from the fields.
         return (type(self), (self.path, self.line, self.key, self.problem, self.fix))
+
+
+@dataclass(frozen=True)
+class StageFailure:
+    """A stage task that failed for a reason the user can act on (one line); the run's other
+    tasks go on, and the tables stay as they were. The doit loader turns it into a failed task."""
+
+    message: str

@@ -25,7 +25,7 @@ from typing import Any
 from aot_tune.build.loading import Combos, autotuned_launch, input_dtype
 from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
-from aot_tune.fingerprint import digest
+from aot_tune.sources import digest
 
 #: Specialization id of launches that failed before Triton bound their arguments (an unknown
 #: parameter, a launch function that raises): their compile task reproduces and records the error.

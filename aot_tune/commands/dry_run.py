@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.pipeline.forecast import DeviceWork, Forecast, forecast
-from aot_tune.pipeline.runlog import read_runs
-from aot_tune.pipeline.session import eprint
+from aot_tune.runs.log import read_runs
+from aot_tune.runs.progress import eprint
 
 
 def dry_run(loader: ManifestLoader, kernel_names: Sequence[str]) -> int:

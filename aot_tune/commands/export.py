@@ -10,7 +10,7 @@ from doit.exceptions import InvalidCommand
 
 from aot_tune.commands.options import HelpOption, exclusive_run, opt_manifest
 from aot_tune.errors import TuneError
-from aot_tune.pipeline.plan import WORK_DIR
+from aot_tune.runs import WORK_DIR
 
 
 class ExportCommand(HelpOption, Command):

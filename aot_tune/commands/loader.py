@@ -17,13 +17,14 @@ from aot_tune.build.deadline import CompileDeadline
 from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_compile_deadline, opt_executor,
                                        opt_insecure_tcp, opt_manifest, opt_scheduler, opt_tls_ca_file, opt_tls_cert,
                                        opt_tls_key, opt_worker_wait)
-from aot_tune.errors import TuneError
+from aot_tune.errors import StageFailure, TuneError
 from aot_tune.pipeline.forecast import forecast, may_have_work
 from aot_tune.pipeline.plan import Plan, build_plan
-from aot_tune.pipeline.runlog import read_runs
-from aot_tune.pipeline.session import StageFailure, TuneSession, eprint
+from aot_tune.runs.log import read_runs
+from aot_tune.pipeline.session import TuneSession
+from aot_tune.runs.progress import eprint
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message
+from aot_tune.pipeline.guard import entries_missing_from_cache, lost_tables_message
 from aot_tune.triton_compat import versions
 from aot_tune.workers.pools import Executors
 

@@ -17,10 +17,10 @@ from aot_tune.commands.dry_run import dry_run
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
 from aot_tune.errors import program
-from aot_tune.pipeline.plan import WORK_DIR
-from aot_tune.pipeline.runlog import append_run
-from aot_tune.pipeline.session import eprint
-from aot_tune.pipeline.summary import end_to_end, run_record, run_summary
+from aot_tune.runs import WORK_DIR
+from aot_tune.runs.log import append_run
+from aot_tune.runs.progress import eprint
+from aot_tune.runs.summary import end_to_end, run_record, run_summary
 
 #: doit's options, as tune means them (the help text matches the README).
 TUNE_OPTIONS = {
@@ -106,12 +106,13 @@ class TuneCommand(HelpOption, Run):
                 if session is not None:
                     session.stop_compiles()
                     session.executors.close()
-                    summary = run_summary(session)
+                    stats = session.ended()
+                    summary = run_summary(stats)
                     if summary:
-                        eprint(summary + "\n" + end_to_end(session, time.time() - started, session.forecast))
+                        eprint(summary + "\n" + end_to_end(stats, time.time() - started))
                     if result == 0 and reporter is not None and not reporter.ran:
                         print(nothing_to_do(session.plan, program()), file=reporter.outstream, flush=True)
-                    run = run_record(session, started, time.time(), ok=result == 0)
+                    run = run_record(stats, started, time.time(), ok=result == 0)
                     if run is not None:
                         append_run(work_dir, run)
         return result

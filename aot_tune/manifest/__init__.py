@@ -4,8 +4,8 @@ mistake is one ``ManifestError`` line naming the file, the line, the key and a f
 ``space_rules``, ``shapes``, ``expressions``, ``output_paths`` and ``exports`` hold the rules of each part
 of an entry. Imports neither torch nor triton: the doit loader reads it on every run."""
 from aot_tune.manifest.kernels import MAX_KERNEL_NAME, load_manifest
-from aot_tune.manifest.records import (STRATEGIES, STRATEGY_KEYS, BenchSettings, Defaults, ExportSpec, KernelSpec,
-                                       Manifest, SearchSettings)
+from aot_tune.manifest.records import (BenchSettings, Defaults, ExportSpec, KernelSpec, Manifest, SearchSettings,
+                                       STRATEGIES, STRATEGY_KEYS)
 
 __all__ = ["MAX_KERNEL_NAME", "STRATEGIES", "STRATEGY_KEYS", "BenchSettings", "Defaults", "ExportSpec", "KernelSpec",
            "Manifest", "SearchSettings", "load_manifest"]

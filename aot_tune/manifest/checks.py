@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from aot_tune.errors import ManifestError, quoted
-from aot_tune.manifest.yaml_lines import _Map, _Seq
+from aot_tune.manifest.yaml_lines import Map, Seq
 
 
 @dataclass(frozen=True)
-class _Ctx:
+class Ctx:
     """The path to show in errors (as the user gave it), and whether reading may keep what it
     expanded under .aot_tune/ (a dry run writes nothing)."""
 
@@ -32,23 +32,23 @@ class _Ctx:
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _is_ident(v: Any) -> bool:
+def is_ident(v: Any) -> bool:
     return isinstance(v, str) and _IDENT.fullmatch(v) is not None and not keyword.iskeyword(v)
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _is_pow2(v: Any) -> bool:
-    return _is_int(v) and v > 0 and v & (v - 1) == 0
+def is_power_of_two(v: Any) -> bool:
+    return is_int(v) and v > 0 and v & (v - 1) == 0
 
 
-def _describe(v: Any) -> str:
+def described(v: Any) -> str:
     """Show a YAML value the way the user wrote it (roughly)."""
     if v is None:
         return "nothing (null)"
@@ -61,7 +61,7 @@ def _describe(v: Any) -> str:
     return quoted(v)
 
 
-def _as_yaml(v: Any) -> str:
+def as_yaml(v: Any) -> str:
     """A scalar as it could be written back into the YAML file."""
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -70,72 +70,73 @@ def _as_yaml(v: Any) -> str:
     return json.dumps(v) if isinstance(v, (str, int, float)) else "..."
 
 
-def _join(key: str, part: Any) -> str:
+def join_key(key: str, part: Any) -> str:
     return f"{key}.{part}" if key else str(part)
 
 
-def _leaf(key: str) -> str:
+def leaf_key(key: str) -> str:
     return re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
 
 
-def _did_you_mean(word: Any, options: Iterable[str]) -> str:
+def did_you_mean(word: Any, options: Iterable[str]) -> str:
     options = list(options)
     same_case = [o for o in options if o.lower() == str(word).lower()]
     close = same_case or difflib.get_close_matches(str(word), options, n=1)
     return f"did you mean {quoted(close[0])}?" if close else ""
 
 
-def _mapping(
-    ctx: _Ctx, value: Any, key: str, line: int, allowed: Sequence[str] | None = None, required: Sequence[str] = ()
-) -> _Map:
+def as_mapping(
+    ctx: Ctx, value: Any, key: str, line: int, allowed: Sequence[str] | None = None, required: Sequence[str] = ()
+) -> Map:
     """Check a mapping: its type, duplicate keys, string keys, unknown and missing keys."""
-    if not isinstance(value, _Map):
+    if not isinstance(value, Map):
         ctx.fail(
             line,
             key,
-            f"expected a mapping, got {_describe(value)}",
-            f"write '{_leaf(key)}:' followed by indented 'name: value' lines",
+            f"expected a mapping, got {described(value)}",
+            f"write '{leaf_key(key)}:' followed by indented 'name: value' lines",
         )
     for dup, dup_line, first_line in value.duplicates:
         ctx.fail(
             dup_line,
-            _join(key, dup),
+            join_key(key, dup),
             f"duplicate key {quoted(dup)} (first at line {first_line})",
             "keep only one of them (YAML would silently use the last)",
         )
     for k in value:
         if not isinstance(k, str):
-            ctx.fail(value.key_lines[k], key, f"keys must be strings, got {_describe(k)}", f'quote the key: "{k}":')
+            ctx.fail(value.key_lines[k], key, f"keys must be strings, got {described(k)}", f'quote the key: "{k}":')
         if allowed is not None and k not in allowed:
             _unknown_key(ctx, value, key, k, allowed)
     for r in required:
         if r not in value:
-            ctx.fail(line, _join(key, r), f"missing required key {quoted(r)}",
+            ctx.fail(line, join_key(key, r), f"missing required key {quoted(r)}",
                      f"add '{r}:' under {key or 'the top level'}")
     return value
 
 
-def _unknown_key(ctx: _Ctx, m: _Map, key: str, k: str, allowed: Sequence[str]) -> NoReturn:
+def _unknown_key(ctx: Ctx, m: Map, key: str, k: str, allowed: Sequence[str]) -> NoReturn:
     listing = ", ".join(allowed)
-    fix = _did_you_mean(k, allowed) or f"remove it or use one of: {listing}"
-    ctx.fail(m.key_lines[k], _join(key, k), f"unknown key {quoted(k)} (allowed: {listing})", fix)
+    fix = did_you_mean(k, allowed) or f"remove it or use one of: {listing}"
+    ctx.fail(m.key_lines[k], join_key(key, k), f"unknown key {quoted(k)} (allowed: {listing})", fix)
 
 
-def _list(ctx: _Ctx, value: Any, key: str, line: int, example: str, allow_empty: bool = False) -> _Seq:
+def as_list(ctx: Ctx, value: Any, key: str, line: int, example: str, allow_empty: bool = False) -> Seq:
     """Check a (non-empty) list; a scalar gets the fix ``write P: [v]``."""
     what = "a list" if allow_empty else "a non-empty list"
-    if not isinstance(value, _Seq):
+    if not isinstance(value, Seq):
         scalar = value is not None and not isinstance(value, (dict, list))
-        inner = _as_yaml(value) if scalar else example
-        ctx.fail(line, key, f"expected {what}, got {_describe(value)}", f"write {_leaf(key)}: [{inner}]")
+        inner = as_yaml(value) if scalar else example
+        ctx.fail(line, key, f"expected {what}, got {described(value)}", f"write {leaf_key(key)}: [{inner}]")
     if not value and not allow_empty:
-        ctx.fail(line, key, "expected a non-empty list, got []", f"write {_leaf(key)}: [{example}], or remove the key")
+        ctx.fail(line, key, "expected a non-empty list, got []",
+                 f"write {leaf_key(key)}: [{example}], or remove the key")
     return value
 
 
-def _string(ctx: _Ctx, value: Any, key: str, line: int, example: str) -> str:
+def as_string(ctx: Ctx, value: Any, key: str, line: int, example: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        ctx.fail(line, key, f"expected a non-empty string, got {_describe(value)}", f"write {_leaf(key)}: {example}")
+        ctx.fail(line, key, f"expected a non-empty string, got {described(value)}", f"write {leaf_key(key)}: {example}")
     return value
 
 
@@ -145,13 +146,13 @@ def _number_fix(value: Any) -> str:
     return "write a number greater than 0, e.g. 25"
 
 
-def _positive_number(ctx: _Ctx, value: Any, key: str, line: int) -> float:
-    if not _is_number(value) or value <= 0:
-        ctx.fail(line, key, f"expected a positive number, got {_describe(value)}", _number_fix(value))
+def positive_number(ctx: Ctx, value: Any, key: str, line: int) -> float:
+    if not is_number(value) or value <= 0:
+        ctx.fail(line, key, f"expected a positive number, got {described(value)}", _number_fix(value))
     return float(value)
 
 
-def _positive_int(ctx: _Ctx, value: Any, key: str, line: int, fix: str) -> int:
-    if not _is_int(value) or value <= 0:
-        ctx.fail(line, key, f"expected a positive integer, got {_describe(value)}", fix)
+def positive_int(ctx: Ctx, value: Any, key: str, line: int, fix: str) -> int:
+    if not is_int(value) or value <= 0:
+        ctx.fail(line, key, f"expected a positive integer, got {described(value)}", fix)
     return value

@@ -5,7 +5,7 @@ inline mappings, or ``module:attr`` naming a ``@triton.autotune`` decorator's ow
 A ``module:attr`` list is read by importing its module, which imports triton, so it is done only
 when the source that defines the list changed: the expanded list is kept in
 ``.aot_tune/configs/<module>.<attr>.json`` under the fingerprint of that source (the list's
-definition and everything it reaches, aot_tune.fingerprint.SourceIndex), and a no-op run reads
+definition and everything it reaches, aot_tune.sources.SourceIndex), and a no-op run reads
 that file and imports nothing.
 """
 
@@ -17,26 +17,28 @@ from typing import Any
 
 from aot_tune.errors import TuneError, quoted, shorten
 from aot_tune.fileio import write_atomic
-from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _list
-from aot_tune.manifest.space_rules import _check_value, _constraints, _fail_constraint
-from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.manifest.checks import Ctx, as_list, described, is_ident
+from aot_tune.manifest.space_rules import check_value, fail_constraint, parse_constraints
+from aot_tune.manifest.yaml_lines import Map
+from aot_tune.runs import WORK_DIR
+from aot_tune.sources import SourceIndex
 from aot_tune.space import FUNCTIONS, Config, ConfigSpace, ConstraintError
 
 #: Where expanded ``module:attr`` lists are kept, under the manifest's folder.
-CONFIGS_CACHE = Path(".aot_tune") / "configs"
+CONFIGS_CACHE = Path(WORK_DIR) / "configs"
 #: A triton.Config's launch options, and for the optional ones the value that means "not set".
 _TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
 MAX_LISTED_CONFIGS = 10_000
 
 
-def _config_list(ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...], root: Path, ref: str | None) -> ConfigSpace:
+def parse_config_list(ctx: Ctx, m: Map, key: str, dims: tuple[str, ...], root: Path, ref: str | None) -> ConfigSpace:
     """The kernel's candidates from ``configs:`` (``ref`` when it is a ``module:attr`` string)."""
     ckey, line = f"{key}.configs", m.value_lines["configs"]
     if ref is not None:
         entries = resolve_configs(ctx, ref, root, ckey, line)
         lines = [line] * len(entries)
     else:
-        seq = _list(ctx, m["configs"], ckey, line, "{BLOCK_M: 64, num_warps: 4}")
+        seq = as_list(ctx, m["configs"], ckey, line, "{BLOCK_M: 64, num_warps: 4}")
         entries, lines = list(seq), list(seq.item_lines)
     if len(entries) > MAX_LISTED_CONFIGS:
         ctx.fail(line, ckey, f"{len(entries):,} configs, over the {MAX_LISTED_CONFIGS:,} a list may hold",
@@ -53,36 +55,34 @@ def _config_list(ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...], root: Path
                      "list each config once")
         configs.append(config)
     names = [name for name, _ in configs[0].params] + list(dims)
-    space = ConfigSpace.from_list(tuple(configs), _constraints(ctx, m, key, names))
+    space = ConfigSpace.from_list(tuple(configs), parse_constraints(ctx, m, key, names))
     try:
         if space.size():
             return space
     except ConstraintError as e:
-        _fail_constraint(ctx, space, m, key, e.constraint, e.problem, e.fix)
+        fail_constraint(ctx, space, m, key, e.constraint, e.problem, e.fix)
     ctx.fail(m.key_lines.get("constraints", line), f"{key}.constraints",
              f"the shape-independent constraints reject all {len(configs)} listed configs",
              "relax them or list other configs")
 
 
-def _entry(ctx: _Ctx, entry: Any, key: str, line: int, dims: tuple[str, ...], ref: str | None) -> Config:
+def _entry(ctx: Ctx, entry: Any, key: str, line: int, dims: tuple[str, ...], ref: str | None) -> Config:
     where = f" (from {ref})" if ref else ""
     if not isinstance(entry, dict) or not entry:
-        ctx.fail(line, key, f"expected a mapping of params to values{where}, got {_describe(entry)}",
+        ctx.fail(line, key, f"expected a mapping of params to values{where}, got {described(entry)}",
                  "write each config as {BLOCK_M: 64, num_warps: 4}")
     for name, value in entry.items():
-        if not _is_ident(name) or name in dims or name in FUNCTIONS:
+        if not is_ident(name) or name in dims or name in FUNCTIONS:
             why = ("is a key dim" if name in dims else "shadows a constraint function" if name in FUNCTIONS
                    else "is not an identifier")
             ctx.fail(line, f"{key}.{name}", f"param name {quoted(name)} {why}{where}", "rename the param")
-        _check_value(ctx, name, value, f"{key}.{name}", line)
+        check_value(ctx, name, value, f"{key}.{name}", line)
     return Config.from_dict(entry)
 
 
-def resolve_configs(ctx: _Ctx, ref: str, root: Path, key: str, line: int) -> list[dict]:
+def resolve_configs(ctx: Ctx, ref: str, root: Path, key: str, line: int) -> list[dict]:
     """The list ``module:attr`` names, as plain dicts: from the cache while the source that
     defines it is unchanged, else by importing the module (once per change)."""
-    from aot_tune.fingerprint import SourceIndex
-
     try:
         fingerprint = SourceIndex(root).closure([ref])
     except TuneError as e:
@@ -104,7 +104,7 @@ def resolve_configs(ctx: _Ctx, ref: str, root: Path, key: str, line: int) -> lis
     return configs
 
 
-def _imported(ctx: _Ctx, ref: str, root: Path, key: str, line: int) -> list[dict]:
+def _imported(ctx: Ctx, ref: str, root: Path, key: str, line: int) -> list[dict]:
     from aot_tune.build.loading import resolve
 
     try:
@@ -131,7 +131,7 @@ def common_options(configs: list[dict]) -> list[dict]:
     return configs
 
 
-def config_as_dict(ctx: _Ctx | None, config: Any, key: str, line: int | None, ref: str) -> dict:
+def config_as_dict(ctx: Ctx | None, config: Any, key: str, line: int | None, ref: str) -> dict:
     """A ``triton.Config`` (kwargs, num_warps, num_stages, and num_ctas / maxnreg when set) or a
     dict as the params of a listed config; a ``pre_hook`` or ``ir_override`` cannot be tuned."""
     if isinstance(config, dict):
@@ -146,7 +146,7 @@ def config_as_dict(ctx: _Ctx | None, config: Any, key: str, line: int | None, re
     return {**config.kwargs, **{option: getattr(config, option, unset) for option, unset in _TRITON_DEFAULTS.items()}}
 
 
-def _refuse(ctx: _Ctx | None, line: int | None, key: str, problem: str, fix: str) -> Any:
+def _refuse(ctx: Ctx | None, line: int | None, key: str, problem: str, fix: str) -> Any:
     if ctx is None:
         raise TuneError(f"{problem}; fix: {fix}")
     ctx.fail(line, key, problem, fix)

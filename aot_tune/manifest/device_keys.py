@@ -12,7 +12,7 @@ import difflib
 from typing import Any
 
 from aot_tune.errors import quoted
-from aot_tune.manifest.checks import _Ctx, _describe, _list
+from aot_tune.manifest.checks import Ctx, as_list, described
 from aot_tune.manifest.records import Defaults
 from aot_tune.runtime.devices import KNOWN_KEYS, device_key
 
@@ -21,8 +21,8 @@ from aot_tune.runtime.devices import KNOWN_KEYS, device_key
 _TYPO_RATIO = 0.9
 
 
-def _devices(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[str, ...]:
-    seq = _list(ctx, value, key, line, "h100-sxm", allow_empty=True)
+def parse_devices(ctx: Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[str, ...]:
+    seq = as_list(ctx, value, key, line, "h100-sxm", allow_empty=True)
     out = []
     for i, v in enumerate(seq):
         problem = _device_problem(v)
@@ -36,14 +36,14 @@ def _device_problem(value: Any) -> tuple[str, str] | None:
     """(problem, fix) for a value that is not a device key; None for one that is."""
     listed = f"known keys: {', '.join(KNOWN_KEYS)}"
     if not isinstance(value, str) or not value.strip():
-        return f"expected a device key, got {_describe(value)}", f"write a key such as h100-sxm ({listed})"
+        return f"expected a device key, got {described(value)}", f"write a key such as h100-sxm ({listed})"
     if value in KNOWN_KEYS:
         return None
     normalized = device_key(value)
     if normalized != value:
-        return (f"{_describe(value)} is not a device key (the runtime names that GPU {quoted(normalized)})",
+        return (f"{described(value)} is not a device key (the runtime names that GPU {quoted(normalized)})",
                 f"did you mean {quoted(normalized)}?")
     close = difflib.get_close_matches(value, KNOWN_KEYS, n=1, cutoff=_TYPO_RATIO)
     if close:
-        return f"unknown device key {_describe(value)}", f"did you mean {quoted(close[0])}?"
+        return f"unknown device key {described(value)}", f"did you mean {quoted(close[0])}?"
     return None

@@ -13,10 +13,11 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _list, _mapping, _string
-from aot_tune.manifest.output_paths import _path_problem, _source_modules
+from aot_tune.manifest.checks import Ctx, as_list, as_mapping, as_string, described, did_you_mean, is_ident
+from aot_tune.manifest.output_paths import path_problem, source_modules
 from aot_tune.manifest.records import Defaults, ExportSpec, KernelSpec
-from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.runs import WORK_DIR
+from aot_tune.manifest.yaml_lines import Map
 
 #: What every path may name besides the kernel's key dims.
 PLACEHOLDERS = ("kernel", "device", "device_name", "dtype", "triton")
@@ -26,8 +27,6 @@ MAX_VALUE = 64
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _EXPORTER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-#: aot_tune's own work folder: never checked in, so no export belongs there.
-_WORK_DIR = ".aot_tune"
 _EXAMPLE = '{to: json, path: "configs/{kernel},device_name={device_name}.json"}'
 
 
@@ -53,15 +52,15 @@ def fill(template: str, values: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- parsing
 
 
-def _exports(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[ExportSpec, ...]:
-    """The list's form; what needs the kernel (its key dims, dtypes, outputs) is _check_exports."""
-    seq = _list(ctx, value, key, line, _EXAMPLE, allow_empty=True)
+def parse_exports(ctx: Ctx, value: Any, key: str, line: int, base: Defaults) -> tuple[ExportSpec, ...]:
+    """The list's form; what needs the kernel (its key dims, dtypes, outputs) is check_exports."""
+    seq = as_list(ctx, value, key, line, _EXAMPLE, allow_empty=True)
     out: list[ExportSpec] = []
     for i, item in enumerate(seq):
         sub, iline = f"{key}[{i}]", seq.item_lines[i]
-        m = _mapping(ctx, item, sub, iline, allowed=("to", "path"), required=("to", "path"))
+        m = as_mapping(ctx, item, sub, iline, allowed=("to", "path"), required=("to", "path"))
         to = _format(ctx, m["to"], f"{sub}.to", m.value_lines["to"])
-        path = _template(ctx, m["path"], f"{sub}.path", m.value_lines["path"])
+        path = parse_template(ctx, m["path"], f"{sub}.path", m.value_lines["path"])
         twin = next((j for j, e in enumerate(out) if posixpath.normpath(e.path) == posixpath.normpath(path)), None)
         if twin is not None:
             ctx.fail(m.value_lines["path"], f"{sub}.path", f"the path {path!r} is also {key}[{twin}]'s",
@@ -70,26 +69,26 @@ def _exports(ctx: _Ctx, value: Any, key: str, line: int, base: Defaults) -> tupl
     return tuple(out)
 
 
-def _format(ctx: _Ctx, value: Any, key: str, line: int) -> str:
+def _format(ctx: Ctx, value: Any, key: str, line: int) -> str:
     if isinstance(value, str) and (value in FORMATS or _EXPORTER.fullmatch(value)):
         return value
     allowed = "json, or module.path:function naming your own exporter"
-    fix = _did_you_mean(value, FORMATS) if isinstance(value, str) else ""
+    fix = did_you_mean(value, FORMATS) if isinstance(value, str) else ""
     if isinstance(value, str) and ":" not in value and "." in value:
         module, attr = value.rsplit(".", 1)
         if _EXPORTER.fullmatch(f"{module}:{attr}"):
             fix = f"separate the function with a colon: {module}:{attr}"
-    ctx.fail(line, key, f"unknown format {_describe(value)} (formats: {allowed})",
+    ctx.fail(line, key, f"unknown format {described(value)} (formats: {allowed})",
              fix or "write to: json, or to: mypackage.exports:my_format (a function(entries, info) -> str)")
 
 
-def _template(ctx: _Ctx, value: Any, key: str, line: int) -> str:
-    s = _string(ctx, value, key, line, '"configs/{kernel},device_name={device_name}.json"')
+def parse_template(ctx: Ctx, value: Any, key: str, line: int) -> str:
+    s = as_string(ctx, value, key, line, '"configs/{kernel},device_name={device_name}.json"')
     rest = _PLACEHOLDER.sub("", s)
     if "{" in rest or "}" in rest:
         ctx.fail(line, key, f"{s!r} has an unmatched '{{' or '}}'", "write placeholders as {name}, e.g. {device_name}")
     for name in placeholders(s):
-        if not _is_ident(name):
+        if not is_ident(name):
             ctx.fail(line, key, f"placeholder {{{name}}} is not a name (formats such as {{M:04d}} are not taken)",
                      f"write a placeholder as {{name}}: {', '.join(f'{{{p}}}' for p in PLACEHOLDERS)} or a key dim")
     if posixpath.isabs(s) or re.match(r"[A-Za-z]:", s) or "\\" in s:
@@ -101,11 +100,11 @@ def _template(ctx: _Ctx, value: Any, key: str, line: int) -> str:
 # --------------------------------------------------------------------------- per kernel
 
 
-def _check_exports(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top: _Map, root: Path) -> None:
+def check_exports(ctx: Ctx, specs: tuple[KernelSpec, ...], kernels: Map, top: Map, root: Path) -> None:
     """What the form alone cannot show: placeholders the kernel has, a file per GPU (and per dtype
     for json), inside the project and apart from every cache, generated module and other kernel's
     export."""
-    sources = _source_modules(specs)
+    sources = source_modules(specs)
     outputs = {posixpath.normpath(getattr(s, what)): f"the {what} {'module' if what == 'generated' else 'file'} "
                f"of kernel {s.name!r}" for s in specs for what in ("cache", "generated")}
     outputs.update((source, "a module the manifest's kernels import") for source in sorted(sources))
@@ -118,11 +117,11 @@ def _check_exports(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top:
             fail = lambda problem, fix: ctx.fail(export.line, key, problem + of, fix)  # noqa: E731
             _check_placeholders(spec, export, fail)
             path = posixpath.normpath(export.path.replace("{kernel}", spec.name))
-            problem = _path_problem(path, root, sources)
+            problem = path_problem(path, root, sources)
             if problem:
                 fail(problem, 'keep it inside the project, e.g. path: "configs/{kernel},device={device}.json"')
-            if path == _WORK_DIR or path.startswith(_WORK_DIR + "/"):
-                fail(f"{export.path!r} is inside {_WORK_DIR}/, aot_tune's work folder, which is not checked in",
+            if path == WORK_DIR or path.startswith(WORK_DIR + "/"):
+                fail(f"{export.path!r} is inside {WORK_DIR}/, aot_tune's work folder, which is not checked in",
                      'write it where your library reads it, e.g. path: "configs/{kernel},device={device}.json"')
             pattern = _pattern(path)
             for output, what in outputs.items():
@@ -143,7 +142,7 @@ def _check_placeholders(spec: KernelSpec, export: ExportSpec, fail) -> None:
     known = (*PLACEHOLDERS, *spec.key)
     for name in names:
         if name not in known:
-            hint = _did_you_mean(name, known)
+            hint = did_you_mean(name, known)
             fail(f"unknown placeholder {{{name}}} (placeholders: {', '.join(PLACEHOLDERS)}, and the key dims "
                  f"{', '.join(spec.key)})", hint or f"use one of them, e.g. {{{spec.key[0]}}}")
     if "device" not in names and "device_name" not in names:

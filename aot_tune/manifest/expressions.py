@@ -12,20 +12,20 @@ from typing import Any
 from aot_tune.errors import quoted, shorten
 from aot_tune.cost import COST_NAMES, Cost
 from aot_tune.dtypes import DtypeCombo, element_bytes
-from aot_tune.manifest.checks import _Ctx, _describe, _is_number, _mapping
-from aot_tune.manifest.space_rules import _check_value
-from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.manifest.checks import Ctx, as_mapping, described, is_number
+from aot_tune.manifest.space_rules import check_value
+from aot_tune.manifest.yaml_lines import Map
 from aot_tune.space import ConfigSpace, Constraint, ConstraintError, DefaultConfig, parse_constraint
 
 
-def _expression(ctx: _Ctx, text: str, names: Sequence[str], key: str, line: int) -> Constraint:
+def _expression(ctx: Ctx, text: str, names: Sequence[str], key: str, line: int) -> Constraint:
     try:
         return parse_constraint(text, names, line)
     except ConstraintError as e:
         ctx.fail(line, key, e.problem, e.fix)
 
 
-def _evaluate(ctx: _Ctx, expression: Constraint, env: dict[str, Any], key: str, line: int) -> Any:
+def _evaluate(ctx: Ctx, expression: Constraint, env: dict[str, Any], key: str, line: int) -> Any:
     try:
         return expression.evaluate(env)
     except Exception as e:  # noqa: BLE001 - any failure inside user code is reported
@@ -34,14 +34,14 @@ def _evaluate(ctx: _Ctx, expression: Constraint, env: dict[str, Any], key: str, 
                  "guard the expression, e.g. 'x if d != 0 else 0'")
 
 
-def _default_config(
-    ctx: _Ctx, m: _Map, key: str, space: ConfigSpace, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]
+def parse_default_config(
+    ctx: Ctx, m: Map, key: str, space: ConfigSpace, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]
 ) -> DefaultConfig:
     """Exactly the space's params; expressions are evaluated for every shape here, so a bad one
     fails at load and not in the middle of a bench."""
     dkey, line = f"{key}.default_config", m.value_lines["default_config"]
     params = dict(space.params)
-    dm = _mapping(ctx, m["default_config"], dkey, line, allowed=tuple(params))
+    dm = as_mapping(ctx, m["default_config"], dkey, line, allowed=tuple(params))
     missing = [p for p in params if p not in dm]
     if missing:
         ctx.fail(line, dkey, f"missing param(s) {', '.join(missing)}",
@@ -55,30 +55,30 @@ def _default_config(
             for shape in shapes:
                 env = dict(zip(dims, shape, strict=True))
                 result = _evaluate(ctx, values[-1][1], env, sub, vline)
-                if not _is_number(result):
-                    ctx.fail(vline, sub, f"{quoted(v)} gives {_describe(result)} for {env}", "make it a number")
-                _check_value(ctx, name, result, sub, vline)
+                if not is_number(result):
+                    ctx.fail(vline, sub, f"{quoted(v)} gives {described(result)} for {env}", "make it a number")
+                check_value(ctx, name, result, sub, vline)
         else:
-            _check_value(ctx, name, v, sub, vline)
+            check_value(ctx, name, v, sub, vline)
             values.append((name, v))
     return DefaultConfig(tuple(values))
 
 
-def _cost(
-    ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...],
+def parse_cost(
+    ctx: Ctx, m: Map, key: str, dims: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...],
     combos: tuple[DtypeCombo, ...] = (),
 ) -> Cost:
     ckey, line = f"{key}.cost", m.value_lines["cost"]
-    cm = _mapping(ctx, m["cost"], ckey, line, allowed=COST_NAMES)
+    cm = as_mapping(ctx, m["cost"], ckey, line, allowed=COST_NAMES)
     if not cm:
         ctx.fail(line, ckey, "no cost given", 'write e.g. cost: {flops: "2*M*N*K"} or remove the key')
     parts: dict[str, Constraint] = {}
     for name in cm:
         sub, vline, v = f"{ckey}.{name}", cm.value_lines[name], cm[name]
-        if _is_number(v):
+        if is_number(v):
             v = repr(v)
         if not isinstance(v, str):
-            ctx.fail(vline, sub, f"expected a number or an expression string, got {_describe(v)}",
+            ctx.fail(vline, sub, f"expected a number or an expression string, got {described(v)}",
                      f'write e.g. {name}: "2*M*N*K"')
         parts[name] = _expression(ctx, v, (*dims, "dtype_bytes"), sub, vline)
         for shape in shapes:
@@ -86,31 +86,31 @@ def _cost(
                 env = {**dict(zip(dims, shape, strict=True)),
                        "dtype_bytes": element_bytes(dtype, {c.name: c for c in combos})}
                 result = _evaluate(ctx, parts[name], env, sub, vline)
-                if not _is_number(result) or result < 0:
-                    ctx.fail(vline, sub, f"{quoted(v)} gives {_describe(result)} for {env}",
+                if not is_number(result) or result < 0:
+                    ctx.fail(vline, sub, f"{quoted(v)} gives {described(result)} for {env}",
                              "make it a non-negative number of " + name)
     return Cost(**parts, combos=combos)
 
 
-def _compile_cost(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace) -> Constraint:
+def parse_compile_cost(ctx: Ctx, m: Map, key: str, space: ConfigSpace) -> Constraint:
     """Over the params only (a compile serves every shape of its specialization); evaluated for
     every config here, so a bad one fails at load and not while the compile queue is ordered."""
     ckey, line, v = f"{key}.compile_cost", m.value_lines["compile_cost"], m["compile_cost"]
-    if _is_number(v):
+    if is_number(v):
         v = repr(v)
     if not isinstance(v, str):
-        ctx.fail(line, ckey, f"expected an expression string, got {_describe(v)}",
+        ctx.fail(line, ckey, f"expected an expression string, got {described(v)}",
                  'write e.g. compile_cost: "BLOCK_M * BLOCK_N / num_warps"')
     expression = _expression(ctx, v, tuple(dict(space.params)), ckey, line)
     for config in space.configs():
         result = _evaluate(ctx, expression, config.as_dict(), ckey, line)
-        if not _is_number(result) or result < 0:
-            ctx.fail(line, ckey, f"{quoted(v)} gives {_describe(result)} for {config.as_dict()}",
+        if not is_number(result) or result < 0:
+            ctx.fail(line, ckey, f"{quoted(v)} gives {described(result)} for {config.as_dict()}",
                      "make it a non-negative number (a relative compile time)")
     return expression
 
 
-def _check_flag_use(ctx: _Ctx, expression: Constraint, kinds: dict[str, str], key: str, line: int) -> None:
+def check_flag_use(ctx: Ctx, expression: Constraint, kinds: dict[str, str], key: str, line: int) -> None:
     """A bool or string key dim may only be compared with == or != (a bool may also be a
     condition: ``not causal``, ``x if causal else y``); in arithmetic or an ordering it would
     silently compute nonsense (``'gelu' * 2``, ``True + 1``), so it is one line here."""

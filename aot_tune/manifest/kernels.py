@@ -21,32 +21,32 @@ from typing import Any
 import yaml
 
 from aot_tune.errors import quoted, shorten
-from aot_tune.manifest.config_list import _config_list
-from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _is_int, _list, _mapping
+from aot_tune.manifest.config_list import parse_config_list
+from aot_tune.manifest.checks import Ctx, as_list, as_mapping, described, did_you_mean, is_ident, is_int
 from aot_tune.cost import COST_NAMES
-from aot_tune.manifest.expressions import _check_flag_use, _compile_cost, _cost, _default_config
-from aot_tune.manifest.exports import _check_exports
+from aot_tune.manifest.expressions import check_flag_use, parse_compile_cost, parse_cost, parse_default_config
+from aot_tune.manifest.exports import check_exports
 from aot_tune.space import ConfigSpace, Constraint, ConstraintError
-from aot_tune.manifest.output_paths import _check_outputs_distinct, _check_outputs_inside
+from aot_tune.manifest.output_paths import check_outputs_distinct, check_outputs_inside
 from aot_tune.manifest.records import Defaults, KernelSpec, Manifest
-from aot_tune.manifest.shapes import _check_kinds, _ordered_shapes, _shapes
-from aot_tune.manifest.shared_keys import _defaults, _shared
-from aot_tune.manifest.space_rules import _space
-from aot_tune.manifest.yaml_lines import MAX_YAML_NODES, _line, _LineLoader, _Map, oversized_node
+from aot_tune.manifest.shapes import check_kinds, ordered_shapes, parse_shapes
+from aot_tune.manifest.shared_keys import parse_defaults, parse_shared
+from aot_tune.manifest.space_rules import parse_space
+from aot_tune.manifest.yaml_lines import LineLoader, Map, MAX_YAML_NODES, node_line, oversized_node
 from aot_tune.space import FUNCTIONS
 
 
 def load_manifest(path: str | os.PathLike[str], *, write_caches: bool = True) -> Manifest:
     """Read, parse and validate a manifest; every user mistake is a ManifestError. Without
     ``write_caches`` a ``configs:`` list it had to import is not kept under .aot_tune/."""
-    ctx = _Ctx(os.fspath(path), write_caches)
+    ctx = Ctx(os.fspath(path), write_caches)
     doc = _parse_yaml(ctx, _read_text(ctx))
     top = _top_mapping(ctx, doc)
     absolute = Path(os.path.abspath(ctx.shown))
     return Manifest(path=absolute, root=absolute.parent, kernels=_kernels(ctx, top, absolute.parent))
 
 
-def _read_text(ctx: _Ctx) -> str:
+def _read_text(ctx: Ctx) -> str:
     try:
         return Path(ctx.shown).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -59,15 +59,15 @@ def _read_text(ctx: _Ctx) -> str:
         ctx.fail(None, "", f"cannot read the file ({e.strerror or e})", "check that it exists and is readable")
 
 
-def _parse_yaml(ctx: _Ctx, text: str) -> Any:
+def _parse_yaml(ctx: Ctx, text: str) -> Any:
     fix = "correct the YAML at that line (indentation, ':' after keys, matching quotes and brackets)"
     try:
-        loader = _LineLoader(text)  # a SafeLoader
+        loader = LineLoader(text)  # a SafeLoader
         try:
             node = loader.get_single_node()
             bomb = oversized_node(node) if node is not None else None
             if bomb is not None:
-                ctx.fail(_line(bomb), "", f"the YAML expands to more than {MAX_YAML_NODES:,} values from here "
+                ctx.fail(node_line(bomb), "", f"the YAML expands to more than {MAX_YAML_NODES:,} values from here "
                          f"(anchors and aliases repeat what they name)", "write the manifest without nested aliases")
             return loader.construct_document(node) if node is not None else None
         finally:
@@ -83,27 +83,27 @@ def _parse_yaml(ctx: _Ctx, text: str) -> Any:
         ctx.fail(None, "", f"invalid YAML: {e}".replace("\n", " "), fix)
 
 
-def _top_mapping(ctx: _Ctx, doc: Any) -> _Map:
+def _top_mapping(ctx: Ctx, doc: Any) -> Map:
     if doc is None:
         ctx.fail(1, "", "the manifest is empty", "start it with 'version: 1' and a 'kernels:' mapping")
-    if not isinstance(doc, _Map):
+    if not isinstance(doc, Map):
         ctx.fail(
             getattr(doc, "line", 1),
             "",
-            f"expected a mapping at the top level, got {_describe(doc)}",
+            f"expected a mapping at the top level, got {described(doc)}",
             "write 'version: 1', 'defaults:' and 'kernels:' as top-level keys",
         )
-    top = _mapping(ctx, doc, "", doc.line, allowed=("version", "defaults", "kernels"))
+    top = as_mapping(ctx, doc, "", doc.line, allowed=("version", "defaults", "kernels"))
     if "version" not in top and "kernels" not in top:
         ctx.fail(top.line, "", "missing required keys 'version', 'kernels'",
                  "start the file with 'version: 1' and add a 'kernels:' mapping of kernel name -> spec")
     if "version" not in top:
         ctx.fail(top.line, "version", "missing required key 'version'", "add 'version: 1' at the top of the file")
-    if not (_is_int(top["version"]) and top["version"] == 1):
+    if not (is_int(top["version"]) and top["version"] == 1):
         ctx.fail(
             top.value_lines["version"],
             "version",
-            f"unsupported version {_describe(top['version'])}",
+            f"unsupported version {described(top['version'])}",
             "set version: 1 (the only version this aot_tune reads)",
         )
     if "kernels" not in top:
@@ -122,59 +122,59 @@ _REQUIRED_KERNEL_KEYS = ("kernel", "launch", "inputs", "key", "shapes")
 _KERNEL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
-def _kernels(ctx: _Ctx, top: _Map, root: Path) -> tuple[KernelSpec, ...]:
-    base = _defaults(ctx, top)
-    m = _mapping(ctx, top["kernels"], "kernels", top.key_lines["kernels"])
+def _kernels(ctx: Ctx, top: Map, root: Path) -> tuple[KernelSpec, ...]:
+    base = parse_defaults(ctx, top)
+    m = as_mapping(ctx, top["kernels"], "kernels", top.key_lines["kernels"])
     if not m:
         ctx.fail(
             top.key_lines["kernels"], "kernels", "no kernels are defined", "add at least one kernel under 'kernels:'"
         )
     specs = tuple(_kernel(ctx, name, m, base, root) for name in m)
-    _check_outputs_inside(ctx, specs, m, top, root)
-    _check_outputs_distinct(ctx, specs, m)
-    _check_exports(ctx, specs, m, top, root)
+    check_outputs_inside(ctx, specs, m, top, root)
+    check_outputs_distinct(ctx, specs, m)
+    check_exports(ctx, specs, m, top, root)
     return specs
 
 
-def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> KernelSpec:
+def _kernel(ctx: Ctx, name: str, kernels: Map, base: Defaults, root: Path) -> KernelSpec:
     key, line = f"kernels.{name}", kernels.key_lines[name]
     _check_kernel_name(ctx, name, key, line)
-    m = _mapping(ctx, kernels[name], key, line, allowed=_KERNEL_KEYS)
+    m = as_mapping(ctx, kernels[name], key, line, allowed=_KERNEL_KEYS)
     _check_required(ctx, m, key, line)
     refs = {f: _module_attr(ctx, m[f], f"{key}.{f}", m.value_lines[f]) if f in m else None
             for f in ("kernel", "launch", "inputs", "reference")}
     key_dims = _key_dims(ctx, m["key"], f"{key}.key", m.value_lines["key"])
-    written = _shapes(ctx, m["shapes"], f"{key}.shapes", m.value_lines["shapes"], key_dims)
-    written_interp = _shapes(ctx, m["interpreter_shapes"], f"{key}.interpreter_shapes",
+    written = parse_shapes(ctx, m["shapes"], f"{key}.shapes", m.value_lines["shapes"], key_dims)
+    written_interp = parse_shapes(ctx, m["interpreter_shapes"], f"{key}.interpreter_shapes",
                              m.value_lines["interpreter_shapes"], key_dims) if "interpreter_shapes" in m else written
-    bench_dims, (shapes, interp) = _ordered_shapes(ctx, key_dims, written, written_interp)
+    bench_dims, (shapes, interp) = ordered_shapes(ctx, key_dims, written, written_interp)
     dims = key_dims + bench_dims  # what constraints, defaults and costs may name
     if "configs" in m:
         ref = m["configs"] if isinstance(m["configs"], str) else None
         if ref is not None:
             ref = _module_attr(ctx, ref, f"{key}.configs", m.value_lines["configs"])
-        space = _config_list(ctx, m, key, dims, root, ref)
+        space = parse_config_list(ctx, m, key, dims, root, ref)
     else:
-        space = _space(ctx, m, key, dims)
-    s = _shared(ctx, m, key, base)
+        space = parse_space(ctx, m, key, dims)
+    s = parse_shared(ctx, m, key, base)
     every_shape = tuple(dict.fromkeys(shapes + interp))
-    kinds = _check_kinds(ctx, m.value_lines["shapes"], f"{key}.shapes", dims, every_shape)
+    kinds = check_kinds(ctx, m.value_lines["shapes"], f"{key}.shapes", dims, every_shape)
     for i, c in enumerate(space.constraints):
-        _check_flag_use(ctx, c, kinds, f"{key}.constraints[{i}]", c.line or m.key_lines.get("constraints", line))
+        check_flag_use(ctx, c, kinds, f"{key}.constraints[{i}]", c.line or m.key_lines.get("constraints", line))
     _check_every_shape_has_configs(ctx, m, key, space, dims, every_shape)
-    default = _default_config(ctx, m, key, space, dims, every_shape) if "default_config" in m else None
+    default = parse_default_config(ctx, m, key, space, dims, every_shape) if "default_config" in m else None
     for param, value in default.values if default else ():
         if isinstance(value, Constraint):
-            _check_flag_use(ctx, value, kinds, f"{key}.default_config.{param}", value.line)
+            check_flag_use(ctx, value, kinds, f"{key}.default_config.{param}", value.line)
     vendor = _module_attr(ctx, m["vendor"], f"{key}.vendor", m.value_lines["vendor"]) if "vendor" in m else None
     used_combos = tuple(c for c in s.dtype_combos if c.name in s.dtypes)
     _check_combo_args(ctx, refs["launch"], used_combos, root)
-    cost = _cost(ctx, m, key, dims, every_shape, s.dtypes, used_combos) if "cost" in m else None
+    cost = parse_cost(ctx, m, key, dims, every_shape, s.dtypes, used_combos) if "cost" in m else None
     for part_name in COST_NAMES:
         part = getattr(cost, part_name, None)
         if part is not None:
-            _check_flag_use(ctx, part, kinds, f"{key}.cost.{part_name}", part.line)
-    compile_cost = _compile_cost(ctx, m, key, space) if "compile_cost" in m else None
+            check_flag_use(ctx, part, kinds, f"{key}.cost.{part_name}", part.line)
+    compile_cost = parse_compile_cost(ctx, m, key, space) if "compile_cost" in m else None
     return KernelSpec(
         name=name, **refs, key=key_dims, bench_dims=bench_dims, space=space, shapes=shapes, interpreter_shapes=interp,
         dtypes=s.dtypes, bench=s.bench, targets=s.targets,
@@ -187,7 +187,7 @@ def _kernel(ctx: _Ctx, name: str, kernels: _Map, base: Defaults, root: Path) -> 
     )  # fmt: skip
 
 
-def _check_required(ctx: _Ctx, m: _Map, key: str, line: int) -> None:
+def _check_required(ctx: Ctx, m: Map, key: str, line: int) -> None:
     """Every missing required key in one error; exactly one of ``space`` and ``configs``."""
     missing = [k for k in _REQUIRED_KERNEL_KEYS if k not in m]
     if "space" not in m and "configs" not in m:
@@ -203,7 +203,7 @@ def _check_required(ctx: _Ctx, m: _Map, key: str, line: int) -> None:
                  "keep one: 'space' for a grid of values, 'configs' for an explicit list")
 
 
-def _check_every_shape_has_configs(ctx: _Ctx, m: _Map, key: str, space: ConfigSpace, dims: tuple[str, ...],
+def _check_every_shape_has_configs(ctx: Ctx, m: Map, key: str, space: ConfigSpace, dims: tuple[str, ...],
                                    shapes: tuple[tuple[int, ...], ...]) -> None:
     """Evaluate the shape-dependent constraints for every declared shape now: one that raises, or
     that rejects every config of a shape, is a mistake in the manifest, not a failed compile later."""
@@ -224,7 +224,7 @@ def _check_every_shape_has_configs(ctx: _Ctx, m: _Map, key: str, space: ConfigSp
                      "relax the constraints for that shape, add values to the space, or drop the shape")
 
 
-def _check_combo_args(ctx: _Ctx, launch: str, combos: tuple, root: Path) -> None:
+def _check_combo_args(ctx: Ctx, launch: str, combos: tuple, root: Path) -> None:
     """Every argument a used combination names is a parameter of the launch function, read from
     its source without importing it (a launch defined elsewhere, e.g. installed, is checked when
     its inputs are built)."""
@@ -234,7 +234,7 @@ def _check_combo_args(ctx: _Ctx, launch: str, combos: tuple, root: Path) -> None
     for combo in combos:
         for arg, _ in combo.args:
             if arg not in params:
-                hint = _did_you_mean(arg, params)
+                hint = did_you_mean(arg, params)
                 ctx.fail(combo.line, f"{combo.where}.{arg}",
                          f"combination {quoted(combo.name)} names {quoted(arg)}, which is not an argument of "
                          f"{shorten(launch)} "
@@ -259,7 +259,7 @@ def launch_params(root: Path, ref: str) -> tuple[str, ...] | None:
     return None
 
 
-def _check_kernel_name(ctx: _Ctx, name: str, key: str, line: int) -> None:
+def _check_kernel_name(ctx: Ctx, name: str, key: str, line: int) -> None:
     if _KERNEL_NAME.fullmatch(name) and len(name) > MAX_KERNEL_NAME:
         ctx.fail(line, f"kernels.{name[:40]}...", f"kernel name of {len(name)} characters is too long "
                  f"(at most {MAX_KERNEL_NAME}: it names files)", f"shorten it, e.g. to {name[:MAX_KERNEL_NAME]!r}")
@@ -282,7 +282,7 @@ MAX_KERNEL_NAME = 64
 _MODULE_ATTR = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 
 
-def _module_attr(ctx: _Ctx, value: Any, key: str, line: int) -> str:
+def _module_attr(ctx: Ctx, value: Any, key: str, line: int) -> str:
     if isinstance(value, str) and _MODULE_ATTR.fullmatch(value):
         return value
     fix = "write it as package.module:name, e.g. kernels.gemm:matmul"
@@ -292,18 +292,18 @@ def _module_attr(ctx: _Ctx, value: Any, key: str, line: int) -> str:
         module, attr = value.rsplit(".", 1)
         if _MODULE_ATTR.fullmatch(f"{module}:{attr}"):
             fix = f"separate the attribute with a colon: {module}:{attr}"
-    ctx.fail(line, key, f"expected 'module.path:attr', got {_describe(value)}", fix)
+    ctx.fail(line, key, f"expected 'module.path:attr', got {described(value)}", fix)
 
 
-def _key_dims(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[str, ...]:
-    seq = _list(ctx, value, key, line, "M, N, K")
+def _key_dims(ctx: Ctx, value: Any, key: str, line: int) -> tuple[str, ...]:
+    seq = as_list(ctx, value, key, line, "M, N, K")
     for i, d in enumerate(seq):
         sub, iline = f"{key}[{i}]", seq.item_lines[i]
-        if not _is_ident(d):
+        if not is_ident(d):
             ctx.fail(
                 iline,
                 sub,
-                f"key dim {_describe(d)} is not an identifier",
+                f"key dim {described(d)} is not an identifier",
                 "use names like M, N, K (letters, digits and _)",
             )
         if d in FUNCTIONS or d == "grid":

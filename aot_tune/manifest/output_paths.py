@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from aot_tune.errors import quoted
-from aot_tune.manifest.checks import _Ctx, _string
+from aot_tune.manifest.checks import Ctx, as_string
 from aot_tune.manifest.records import KernelSpec
-from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.manifest.yaml_lines import Map
 
 
-def _template(ctx: _Ctx, value: Any, key: str, line: int, what: str) -> str:
+def parse_template(ctx: Ctx, value: Any, key: str, line: int, what: str) -> str:
     """A relative output path whose only placeholder is {kernel}."""
     example = '"generated/{kernel}.py"' if what == "generated" else '"generated/{kernel}.tuning.txtpb"'
-    s = _string(ctx, value, key, line, example)
+    s = as_string(ctx, value, key, line, example)
     rest = s.replace("{kernel}", "")
     if "{" in rest or "}" in rest:
         ctx.fail(
@@ -45,7 +45,7 @@ MAX_PATH_PART = 200
 _CACHE_SUFFIXES = (".pb", ".txtpb", ".textproto", ".pbtxt")
 
 
-def _source_modules(specs: tuple[KernelSpec, ...]) -> set[str]:
+def source_modules(specs: tuple[KernelSpec, ...]) -> set[str]:
     """The module files the manifest's references name: no output may be written over them."""
     sources = set()
     for spec in specs:
@@ -57,7 +57,7 @@ def _source_modules(specs: tuple[KernelSpec, ...]) -> set[str]:
     return sources
 
 
-def _path_problem(path: str, root: Path, sources: set[str]) -> str:
+def path_problem(path: str, root: Path, sources: set[str]) -> str:
     """Why a relative output path may not be written ('' if it may): outside the project, through
     a link leading out, a part too long for the file system, or a module a kernel imports."""
     normal = posixpath.normpath(path)
@@ -76,9 +76,9 @@ def _path_problem(path: str, root: Path, sources: set[str]) -> str:
     return ""
 
 
-def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map, top: _Map, root: Path) -> None:
+def check_outputs_inside(ctx: Ctx, specs: tuple[KernelSpec, ...], kernels: Map, top: Map, root: Path) -> None:
     """Outputs stay inside the project, and never land on a module a kernel entry names."""
-    sources = _source_modules(specs)
+    sources = source_modules(specs)
     for spec in specs:
         km = kernels[spec.name]
         for what in ("cache", "generated"):
@@ -88,7 +88,7 @@ def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Ma
             key = f"kernels.{spec.name}.{what}"
             normal = posixpath.normpath(path)
             fix = f'keep it inside the project, e.g. {what}: "generated/{{kernel}}{".py" if what == "generated" else ".tuning.pb"}"'
-            problem = _path_problem(path, root, sources)
+            problem = path_problem(path, root, sources)
             if problem:
                 ctx.fail(line, key, problem, "shorten the kernel name or the path" if "bytes long" in problem else fix)
             if what == "cache" and not normal.endswith(_CACHE_SUFFIXES):
@@ -96,7 +96,7 @@ def _check_outputs_inside(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Ma
                          f"(binary, or text for the last three)", 'write e.g. cache: "generated/{kernel}.tuning.pb"')
 
 
-def _check_outputs_distinct(ctx: _Ctx, specs: tuple[KernelSpec, ...], kernels: _Map) -> None:
+def check_outputs_distinct(ctx: Ctx, specs: tuple[KernelSpec, ...], kernels: Map) -> None:
     """Two kernels writing the same cache or module would overwrite each other."""
     owners: dict[str, str] = {}
     for spec in specs:

@@ -28,7 +28,7 @@ class BenchSettings:
     l2_flush: bool
     l2_flush_bytes: int | None  # None: twice the device's L2
     #: Seconds a device worker may go without progress before its config is recorded as a
-    #: timeout; None: derived (aot_tune.pipeline.session.bench_timeout). Decides no measurement,
+    #: timeout; None: derived (aot_tune.pipeline.streaming.bench_timeout). Decides no measurement,
     #: so it is not part of any fingerprint.
     timeout_s: float | None = None
 

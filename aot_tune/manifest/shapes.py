@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aot_tune.errors import quoted, shorten
-from aot_tune.manifest.checks import _Ctx, _describe, _did_you_mean, _is_ident, _join, _list, _mapping, _positive_int
-from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.manifest.checks import Ctx, as_list, as_mapping, described, did_you_mean, is_ident, join_key, positive_int
+from aot_tune.manifest.yaml_lines import Map
 from aot_tune.space import FUNCTIONS, KEY_LABEL
 
 
@@ -32,18 +32,18 @@ class ShapeEntry:
     where: str
 
 
-def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -> tuple[ShapeEntry, ...]:
+def parse_shapes(ctx: Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -> tuple[ShapeEntry, ...]:
     """Explicit shapes first, then grid expansions; file order. Each names every key dim (``dims``)
-    and may name bench dims besides; :func:`_ordered_shapes` checks them across the lists."""
+    and may name bench dims besides; :func:`ordered_shapes` checks them across the lists."""
     example = "{" + ", ".join(f"{d}: 256" for d in dims) + "}"
-    seq = _list(ctx, value, key, line, example)
+    seq = as_list(ctx, value, key, line, example)
     explicit: list[ShapeEntry] = []
     grids: list[ShapeEntry] = []
     for i, item in enumerate(seq):
         sub, iline = f"{key}[{i}]", seq.item_lines[i]
-        if not isinstance(item, _Map):
+        if not isinstance(item, Map):
             ctx.fail(
-                iline, sub, f"expected a shape mapping, got {_describe(item)}", f"write - {example} or - grid: {{...}}"
+                iline, sub, f"expected a shape mapping, got {described(item)}", f"write - {example} or - grid: {{...}}"
             )
         if "grid" in item:
             grids.extend(_grid(ctx, item, sub, iline, dims))
@@ -56,7 +56,7 @@ def _shapes(ctx: _Ctx, value: Any, key: str, line: int, dims: tuple[str, ...]) -
     return tuple(shapes)
 
 
-def _ordered_shapes(ctx: _Ctx, key_dims: tuple[str, ...], *lists: tuple[ShapeEntry, ...]
+def ordered_shapes(ctx: Ctx, key_dims: tuple[str, ...], *lists: tuple[ShapeEntry, ...]
                     ) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
     """The bench dims (the dims the shapes name beyond the key, in first-seen order), and each
     list as value tuples over key dims then bench dims, duplicates dropped. Every shape of every
@@ -82,45 +82,45 @@ def _ordered_shapes(ctx: _Ctx, key_dims: tuple[str, ...], *lists: tuple[ShapeEnt
     return tuple(bench), ordered
 
 
-def _check_dims(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> None:
+def _check_dims(ctx: Ctx, m: Map, key: str, line: int, dims: tuple[str, ...]) -> None:
     """A shape mapping names every key dim; any other dim it names is a bench dim (an identifier
     that is not reserved)."""
-    _mapping(ctx, m, key, line)
+    as_mapping(ctx, m, key, line)
     for k in m:
         if k in dims:
             continue
-        if not _is_ident(k) or k in FUNCTIONS or k == "grid":
-            ctx.fail(m.key_lines[k], _join(key, k), f"dim {_describe(k)} is not a name a constraint can use",
+        if not is_ident(k) or k in FUNCTIONS or k == "grid":
+            ctx.fail(m.key_lines[k], join_key(key, k), f"dim {described(k)} is not a name a constraint can use",
                      f"name dims like M, N, T (letters, digits and _; not grid or {', '.join(FUNCTIONS)})")
         twin = next((d for d in dims if d.lower() == k.lower()), None)
         if twin is not None:
-            ctx.fail(m.key_lines[k], _join(key, k), f"{quoted(k)} differs from key dim {quoted(twin)} only in case",
+            ctx.fail(m.key_lines[k], join_key(key, k), f"{quoted(k)} differs from key dim {quoted(twin)} only in case",
                      f"did you mean {quoted(twin)}? (a bench dim needs a name of its own)")
     for d in dims:
         if d not in m:
-            hint = _did_you_mean(d, [k for k in m if k not in dims])
+            hint = did_you_mean(d, [k for k in m if k not in dims])
             ctx.fail(m.line, key, f"shape is missing key dim {quoted(d)}",
                      f"{hint + ' ' if hint else ''}give every key dim: {shorten(', '.join(dims), 240)} "
                      "(other dims a shape names are bench dims: the inputs see them, tables are keyed without them)")
 
 
-def _explicit(ctx: _Ctx, m: _Map, key: str, line: int, dims: tuple[str, ...]) -> ShapeEntry:
+def _explicit(ctx: Ctx, m: Map, key: str, line: int, dims: tuple[str, ...]) -> ShapeEntry:
     _check_dims(ctx, m, key, line, dims)
     return ShapeEntry({d: _key_value(ctx, m[d], f"{key}.{d}", m.value_lines[d]) for d in m}, line, key)
 
 
-def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> list[ShapeEntry]:
-    _mapping(ctx, item, key, line)
+def _grid(ctx: Ctx, item: Map, key: str, line: int, dims: tuple[str, ...]) -> list[ShapeEntry]:
+    as_mapping(ctx, item, key, line)
     extra = [k for k in item if k != "grid"]
     if extra:
         ctx.fail(
             item.key_lines[extra[0]],
-            _join(key, extra[0]),
+            join_key(key, extra[0]),
             "a grid entry takes only the key 'grid'",
             f"move {extra[0]} inside the grid as {extra[0]}: [...]",
         )
     gkey = f"{key}.grid"
-    g = _mapping(ctx, item["grid"], gkey, item.value_lines["grid"])
+    g = as_mapping(ctx, item["grid"], gkey, item.value_lines["grid"])
     _check_dims(ctx, g, gkey, item.value_lines["grid"], dims)
     names = list(g)
     axes = [_grid_axis(ctx, g[d], f"{gkey}.{d}", g.value_lines[d]) for d in names]
@@ -132,18 +132,18 @@ def _grid(ctx: _Ctx, item: _Map, key: str, line: int, dims: tuple[str, ...]) -> 
     return [ShapeEntry(dict(zip(names, values)), line, gkey) for values in itertools.product(*axes)]
 
 
-def _grid_axis(ctx: _Ctx, value: Any, key: str, line: int) -> tuple[int, ...]:
-    seq = _list(ctx, value, key, line, "256, 512")
+def _grid_axis(ctx: Ctx, value: Any, key: str, line: int) -> tuple[int, ...]:
+    seq = as_list(ctx, value, key, line, "256, 512")
     return tuple(_key_value(ctx, v, f"{key}[{i}]", seq.item_lines[i]) for i, v in enumerate(seq))
 
 
-def _key_value(ctx: _Ctx, value: Any, key: str, line: int) -> int | bool | str:
+def _key_value(ctx: Ctx, value: Any, key: str, line: int) -> int | bool | str:
     """A size, a bool, or a string that can name files (it is part of task and file names)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
         if not KEY_LABEL.fullmatch(value):
-            ctx.fail(line, key, f"key value {_describe(value)} is not a size, a bool or a short name",
+            ctx.fail(line, key, f"key value {described(value)} is not a size, a bool or a short name",
                      "use an integer >= 1, true/false, or a name of letters, digits, '_', '.' and '-' "
                      "starting with a letter (at most 64)")
         return value
@@ -155,7 +155,7 @@ def key_kind(value: Any) -> str:
     return "bool" if isinstance(value, bool) else "str" if isinstance(value, str) else "int"
 
 
-def _check_kinds(ctx: _Ctx, line: int, key: str, dims: tuple[str, ...], shapes: tuple[tuple, ...]) -> dict[str, str]:
+def check_kinds(ctx: Ctx, line: int, key: str, dims: tuple[str, ...], shapes: tuple[tuple, ...]) -> dict[str, str]:
     """Each dim's kind, the same in every shape (a dim mixing sizes and names is a mistake)."""
     kinds: dict[str, str] = {}
     for shape in shapes:
@@ -167,9 +167,9 @@ def _check_kinds(ctx: _Ctx, line: int, key: str, dims: tuple[str, ...], shapes: 
     return kinds
 
 
-def _size(ctx: _Ctx, value: Any, key: str, line: int, fix: str) -> int:
+def _size(ctx: Ctx, value: Any, key: str, line: int, fix: str) -> int:
     """A shape dim: a positive integer no larger than any tensor a GPU holds."""
-    size = _positive_int(ctx, value, key, line, fix)
+    size = positive_int(ctx, value, key, line, fix)
     if size > MAX_DIM:
         ctx.fail(line, key, f"size {size} is over {MAX_DIM} (2**40), more elements than any GPU holds",
                  "write the size the kernel serves")

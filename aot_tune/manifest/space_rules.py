@@ -9,21 +9,21 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from aot_tune.errors import quoted
-from aot_tune.manifest.checks import _Ctx, _describe, _is_ident, _is_int, _is_pow2, _list, _mapping
-from aot_tune.manifest.yaml_lines import _Map
+from aot_tune.manifest.checks import Ctx, as_list, as_mapping, described, is_ident, is_int, is_power_of_two
+from aot_tune.manifest.yaml_lines import Map
 from aot_tune.space import MAX_SPACE_COMBINATIONS, FUNCTIONS, LAUNCH_OPTIONS, ConfigSpace, Constraint, ConstraintError, parse_constraint
 
 
-def _space(ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...]) -> ConfigSpace:
+def parse_space(ctx: Ctx, m: Map, key: str, dims: tuple[str, ...]) -> ConfigSpace:
     skey = f"{key}.space"
-    sm = _mapping(ctx, m["space"], skey, m.key_lines["space"])
+    sm = as_mapping(ctx, m["space"], skey, m.key_lines["space"])
     if not sm:
         ctx.fail(
             m.key_lines["space"], skey, "the space has no params", "add at least one param, e.g. BLOCK_M: [64, 128]"
         )
     params = tuple((p, _param(ctx, sm, p, f"{skey}.{p}", dims)) for p in sm)
     names = [p for p, _ in params] + list(dims)
-    space = ConfigSpace(params, _constraints(ctx, m, key, names))
+    space = ConfigSpace(params, parse_constraints(ctx, m, key, names))
     if space.combinations() > MAX_SPACE_COMBINATIONS:
         ctx.fail(m.key_lines["space"], skey, f"the space has {space.combinations():,} combinations of values, over "
                  f"the {MAX_SPACE_COMBINATIONS:,} a manifest may declare",
@@ -32,9 +32,9 @@ def _space(ctx: _Ctx, m: _Map, key: str, dims: tuple[str, ...]) -> ConfigSpace:
     return space
 
 
-def _param(ctx: _Ctx, sm: _Map, name: str, key: str, dims: tuple[str, ...]) -> tuple:
+def _param(ctx: Ctx, sm: Map, name: str, key: str, dims: tuple[str, ...]) -> tuple:
     kline = sm.key_lines[name]
-    if not _is_ident(name):
+    if not is_ident(name):
         ctx.fail(
             kline, key, f"param name {quoted(name)} is not an identifier",
             "use a name like BLOCK_M (letters, digits and _)"
@@ -43,30 +43,30 @@ def _param(ctx: _Ctx, sm: _Map, name: str, key: str, dims: tuple[str, ...]) -> t
         ctx.fail(kline, key, f"{quoted(name)} is both a key dim and a space param", "rename the param")
     if name in FUNCTIONS:
         ctx.fail(kline, key, f"param {quoted(name)} shadows the constraint function {name}()", "rename the param")
-    seq = _list(ctx, sm[name], key, sm.value_lines[name], "64")
+    seq = as_list(ctx, sm[name], key, sm.value_lines[name], "64")
     seen: set[tuple[type, Any]] = set()
     for i, v in enumerate(seq):
-        _check_value(ctx, name, v, f"{key}[{i}]", seq.item_lines[i])
+        check_value(ctx, name, v, f"{key}[{i}]", seq.item_lines[i])
         if (type(v), v) in seen:
-            ctx.fail(seq.item_lines[i], f"{key}[{i}]", f"duplicate value {_describe(v)}", "list each value once")
+            ctx.fail(seq.item_lines[i], f"{key}[{i}]", f"duplicate value {described(v)}", "list each value once")
         seen.add((type(v), v))
     return tuple(seq)
 
 
 _LAUNCH_RULES: dict[str, tuple[Callable[[Any], bool], str, str]] = {
-    "num_warps": (lambda v: _is_pow2(v) and v <= 32, "a power of two from 1 to 32", "[2, 4, 8]"),
-    "num_stages": (lambda v: _is_int(v) and v >= 1, "an integer >= 1", "[2, 3, 4]"),
-    "num_ctas": (_is_pow2, "a power of two", "[1, 2]"),
-    "maxnreg": (lambda v: v is None or (_is_int(v) and v >= 1), "an integer >= 1 or null", "[null, 128]"),
+    "num_warps": (lambda v: is_power_of_two(v) and v <= 32, "a power of two from 1 to 32", "[2, 4, 8]"),
+    "num_stages": (lambda v: is_int(v) and v >= 1, "an integer >= 1", "[2, 3, 4]"),
+    "num_ctas": (is_power_of_two, "a power of two", "[1, 2]"),
+    "maxnreg": (lambda v: v is None or (is_int(v) and v >= 1), "an integer >= 1 or null", "[null, 128]"),
 }
 assert set(_LAUNCH_RULES) == set(LAUNCH_OPTIONS)
 
 
-def _check_value(ctx: _Ctx, name: str, v: Any, key: str, line: int) -> None:
+def check_value(ctx: Ctx, name: str, v: Any, key: str, line: int) -> None:
     if name in _LAUNCH_RULES:
         ok, want, example = _LAUNCH_RULES[name]
         if not ok(v):
-            ctx.fail(line, key, f"{name} must be {want}, got {_describe(v)}", f"write e.g. {name}: {example}")
+            ctx.fail(line, key, f"{name} must be {want}, got {described(v)}", f"write e.g. {name}: {example}")
         return
     if isinstance(v, float) and not math.isfinite(v):
         ctx.fail(line, key, f"value {quoted(v)} is not finite", "use finite numbers")
@@ -74,16 +74,16 @@ def _check_value(ctx: _Ctx, name: str, v: Any, key: str, line: int) -> None:
         ctx.fail(
             line,
             key,
-            f"values must be ints, floats, bools or strings, got {_describe(v)}",
+            f"values must be ints, floats, bools or strings, got {described(v)}",
             f"write e.g. {name}: [64, 128]",
         )
 
 
-def _constraints(ctx: _Ctx, m: _Map, key: str, names: list[str]) -> tuple[Constraint, ...]:
+def parse_constraints(ctx: Ctx, m: Map, key: str, names: list[str]) -> tuple[Constraint, ...]:
     if "constraints" not in m:
         return ()
     ckey = f"{key}.constraints"
-    seq = _list(ctx, m["constraints"], ckey, m.value_lines["constraints"], '"BLOCK_M <= 128"', allow_empty=True)
+    seq = as_list(ctx, m["constraints"], ckey, m.value_lines["constraints"], '"BLOCK_M <= 128"', allow_empty=True)
     out = []
     for i, text in enumerate(seq):
         sub, line = f"{ckey}[{i}]", seq.item_lines[i]
@@ -91,7 +91,7 @@ def _constraints(ctx: _Ctx, m: _Map, key: str, names: list[str]) -> tuple[Constr
             ctx.fail(
                 line,
                 sub,
-                f"expected an expression string, got {_describe(text)}",
+                f"expected an expression string, got {described(text)}",
                 'quote the expression, e.g. - "BLOCK_M <= 128"',
             )
         try:
@@ -101,17 +101,17 @@ def _constraints(ctx: _Ctx, m: _Map, key: str, names: list[str]) -> tuple[Constr
     return tuple(out)
 
 
-def _check_not_empty(ctx: _Ctx, space: ConfigSpace, m: _Map, key: str) -> None:
+def _check_not_empty(ctx: Ctx, space: ConfigSpace, m: Map, key: str) -> None:
     """Fail when the shape-independent constraints reject every config."""
     try:
         if space.size():
             return
     except ConstraintError as e:
-        _fail_constraint(ctx, space, m, key, e.constraint, e.problem, e.fix)
+        fail_constraint(ctx, space, m, key, e.constraint, e.problem, e.fix)
     total = math.prod(len(vals) for _, vals in space.params)
     for c in space.constraints:
         if c.names <= {p for p, _ in space.params} and ConfigSpace(space.params, (c,)).size() == 0:
-            _fail_constraint(
+            fail_constraint(
                 ctx,
                 space,
                 m,
@@ -129,8 +129,8 @@ def _check_not_empty(ctx: _Ctx, space: ConfigSpace, m: _Map, key: str) -> None:
     )
 
 
-def _fail_constraint(
-    ctx: _Ctx, space: ConfigSpace, m: _Map, key: str, c: Constraint | None, problem: str, fix: str
+def fail_constraint(
+    ctx: Ctx, space: ConfigSpace, m: Map, key: str, c: Constraint | None, problem: str, fix: str
 ) -> NoReturn:
     if c is None:
         ctx.fail(m.key_lines.get("constraints"), f"{key}.constraints", problem, fix)

@@ -1,6 +1,6 @@
 """A YAML loader that remembers lines, so every manifest error can name the line it is about.
 
-Mappings load as :class:`_Map` and sequences as :class:`_Seq`; duplicate keys are recorded, not
+Mappings load as :class:`Map` and sequences as :class:`Seq`; duplicate keys are recorded, not
 raised, because only the validator knows the key path to report.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 
-class _Map(dict):
+class Map(dict):
     """A YAML mapping that remembers the line of each key and value.
 
     Duplicate keys are recorded instead of raised: the validator knows the
@@ -26,7 +26,7 @@ class _Map(dict):
         self.duplicates: list[tuple[Any, int, int]] = []  # (key, line, first line)
 
 
-class _Seq(list):
+class Seq(list):
     """A YAML sequence that remembers the line of each item."""
 
     def __init__(self, line: int) -> None:
@@ -35,18 +35,18 @@ class _Seq(list):
         self.item_lines: list[int] = []
 
 
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that builds _Map/_Seq so errors can point at lines."""
+class LineLoader(yaml.SafeLoader):
+    """SafeLoader that builds Map/Seq so errors can point at lines."""
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def _line(node: yaml.Node) -> int:
+def node_line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
 
 
-def _construct_key(loader: _LineLoader, node: yaml.MappingNode, key_node: yaml.Node) -> Any:
+def _construct_key(loader: LineLoader, node: yaml.MappingNode, key_node: yaml.Node) -> Any:
     key = loader.construct_object(key_node, deep=True)
     try:
         hash(key)
@@ -57,7 +57,7 @@ def _construct_key(loader: _LineLoader, node: yaml.MappingNode, key_node: yaml.N
     return key
 
 
-def _record_duplicates(loader: _LineLoader, node: yaml.MappingNode, out: _Map) -> None:
+def _record_duplicates(loader: LineLoader, node: yaml.MappingNode, out: Map) -> None:
     """Find keys written twice in this mapping (merge keys ``<<`` excluded)."""
     first: dict[Any, int] = {}
     for key_node, _ in node.value:
@@ -65,33 +65,33 @@ def _record_duplicates(loader: _LineLoader, node: yaml.MappingNode, out: _Map) -
             continue
         key = _construct_key(loader, node, key_node)
         if key in first:
-            out.duplicates.append((key, _line(key_node), first[key]))
+            out.duplicates.append((key, node_line(key_node), first[key]))
         else:
-            first[key] = _line(key_node)
+            first[key] = node_line(key_node)
 
 
-def _construct_map(loader: _LineLoader, node: yaml.MappingNode):
-    out = _Map(_line(node))
+def _construct_map(loader: LineLoader, node: yaml.MappingNode):
+    out = Map(node_line(node))
     yield out
     _record_duplicates(loader, node, out)
     loader.flatten_mapping(node)
     for key_node, value_node in node.value:
         key = _construct_key(loader, node, key_node)
         out[key] = loader.construct_object(value_node, deep=False)
-        out.key_lines[key] = _line(key_node)
-        out.value_lines[key] = _line(value_node)
+        out.key_lines[key] = node_line(key_node)
+        out.value_lines[key] = node_line(value_node)
 
 
-def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode):
-    out = _Seq(_line(node))
+def _construct_seq(loader: LineLoader, node: yaml.SequenceNode):
+    out = Seq(node_line(node))
     yield out
     for child in node.value:
         out.append(loader.construct_object(child, deep=False))
-        out.item_lines.append(_line(child))
+        out.item_lines.append(node_line(child))
 
 
-_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
 
 #: Most YAML nodes a manifest may expand to, aliases counted once per use: an alias bomb (anchors

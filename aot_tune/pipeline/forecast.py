@@ -55,7 +55,7 @@ from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
 from aot_tune.manifest import BenchSettings, SearchSettings
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
-from aot_tune.pipeline.runlog import RunRecord, time_split
+from aot_tune.runs.log import RunRecord, time_split
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.search.strategies import BATCH, FINALISTS, INITIAL_DESIGN, SCREEN_SHARE
 from aot_tune.search import ranked

@@ -15,20 +15,15 @@ from typing import Collection, Sequence
 
 from aot_tune.cache import record_full_shape
 from aot_tune.search import strategies as search
-from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, SourceIndex, Toolchain, baselines_fingerprint, bench_fingerprint, digest,
+from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, Toolchain, baselines_fingerprint, bench_fingerprint,
                                   measured_dependencies, spec_closure)
+from aot_tune.sources import SourceIndex, digest
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.manifest import KernelSpec, Manifest, SearchSettings
+from aot_tune.runs import WORK_DIR, shape_label
 from aot_tune.space import Config
 from aot_tune.build.specialize import SpecializationTable, read_table
 from aot_tune.tuning_schema import TuningRecord
-
-WORK_DIR = ".aot_tune"
-
-
-def shape_label(shape: tuple[int, ...]) -> str:
-    return "x".join(str(v) for v in shape)
-
 
 Launch = tuple[tuple[int, ...], str]  # (shape, dtype)
 

@@ -1,6 +1,6 @@
 """The stages after the benches: a kernel's measurements merged into its cache, and its tables
 written (the generated module and the ``exports:`` files) from the records that answer the
-manifest. Nothing tuned is dropped here without an ask (aot_tune.tables.guard)."""
+manifest. Nothing tuned is dropped here without an ask (aot_tune.pipeline.guard)."""
 from __future__ import annotations
 
 from aot_tune import cache as cache_io, exports
@@ -8,7 +8,7 @@ from aot_tune.codegen import render_kernel, write_module
 from aot_tune.errors import TuneError
 from aot_tune.pipeline.plan import KernelPlan, Plan
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.tables.guard import stale_tables_message
+from aot_tune.pipeline.guard import stale_tables_message
 
 
 class Tables:

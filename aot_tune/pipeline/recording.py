@@ -11,8 +11,10 @@ from aot_tune.cache import record_shape, set_record_bench_dims, set_record_shape
 from aot_tune.bench.nvml import ClockReading
 from aot_tune.bench.runner import ConfigMeasurement, DeviceInfo, DeviceModel
 from aot_tune.fingerprint import Toolchain
-from aot_tune.pipeline.plan import BenchUnit, KernelPlan, shape_label
+from aot_tune.pipeline.plan import BenchUnit, KernelPlan
+from aot_tune.runs import shape_label
 from aot_tune.search import strategies as search
+from aot_tune.search.budget import SearchResult
 from aot_tune.select import choose
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, Search, TuningRecord
@@ -68,7 +70,7 @@ def measurement_proto(m: ConfigMeasurement, config: Config, seconds: float = 0.0
     return entry
 
 
-def search_proto(unit: BenchUnit, result: search.SearchResult, reused: int) -> Search:
+def search_proto(unit: BenchUnit, result: SearchResult, reused: int) -> Search:
     """What a record says about the search that produced it (see aot_tune.tuning.proto)."""
     settings = unit.search
     info = Search(strategy=settings.strategy, budget_configs=settings.budget_configs or 0,
@@ -108,14 +110,3 @@ def no_config_passed(unit: BenchUnit, record: TuningRecord) -> str:
     return (f"{unit.kernel} {unit.dtype} {shape_label(unit.shape)}: no config passed ({summary}){example}; "
             f"fix: the kernel, its reference or input builder, or the config space; "
             f"the generated table is left as it was")
-
-
-def share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, float]:
-    """A pipelined batch's wall time shared out over its measurements in proportion to each one's
-    own phases on the device worker (less the graph capture, which overlapped the previous
-    config's timed launches), so that they add up to what the batch cost."""
-    own = {m.config_id: sum(s for phase, s in m.phase_seconds.items() if phase != "capture") for m in measured}
-    total = sum(own.values())
-    if total <= 0:
-        return {config_id: wall / max(len(own), 1) for config_id in own}
-    return {config_id: wall * value / total for config_id, value in own.items()}

@@ -15,38 +15,42 @@ known up front: the compile stage builds it, and the bench waits for it before i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from aot_tune.bench.runner import ConfigMeasurement, DeviceModel
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceModel
+from aot_tune.manifest import BenchSettings
+from aot_tune.pipeline.compiling import Compiles
 from aot_tune.pipeline.plan import BenchUnit, KernelPlan
 from aot_tune.pipeline.recording import measurement_proto, search_proto
-from aot_tune.pipeline.streaming import DeviceHold
+from aot_tune.pipeline.staleness import Staleness
+from aot_tune.pipeline.streaming import DeviceHold, bench_timeout, measure_batch
+from aot_tune.runs.stats import RunStats
 from aot_tune.search import strategies as search
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
-if TYPE_CHECKING:
-    from aot_tune.pipeline.session import TuneSession
+#: (kp, unit, config, settings, device) -> the bench request of that config (aot_tune.pipeline.benching).
+MakeRequest = Callable[[KernelPlan, BenchUnit, Config, BenchSettings, DeviceModel], BenchRequest]
 
 
-def compile_on_demand(session: TuneSession, kp: KernelPlan, unit: BenchUnit, configs: list[Config],
+def compile_on_demand(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: BenchUnit, configs: list[Config],
                       device: DeviceModel, hold: DeviceHold) -> None:
     """Have the compiles of ``configs`` for this bench's targets landed: run the unclaimed ones
     now, side by side, and wait for the rest, without the device."""
     needed = {cu.name: cu for config in configs for cu in kp.compiles_for(unit, config, kp.bench_targets(device))
-              if not session._compile_landed(cu)}
+              if not compiles.landed(cu)}
     if not needed:
         return
     hold.release()  # another bench measures meanwhile
     waiting = time.perf_counter()
-    session.claims.run_all([(name, lambda cu=cu: session._compile(kp, cu, on_demand=True))
-                            for name, cu in needed.items()], session.executors.compile_jobs)
-    session.seconds["waited for compiles"] += time.perf_counter() - waiting
+    compiles.run_now(kp, needed.values())
+    stats.seconds["waited for compiles"] += time.perf_counter() - waiting
 
 
-def search_shape(session: TuneSession, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold,
-                 previous: TuningRecord | None, device: DeviceModel):
+def search_shape(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold,
+                 previous: TuningRecord | None, device: DeviceModel, request: MakeRequest,
+                 sources: list[TuningRecord]):
     """Run the unit's budgeted search: (entries by config id, fresh measurements, the record's
     search message). The configs it chooses together (the surrogate's batches) are measured as
     one pipelined batch, like the exhaustive path's. A probe the previous record under this
@@ -62,10 +66,10 @@ def search_shape(session: TuneSession, kp: KernelPlan, unit: BenchUnit, hold: De
         """The configs whose compile failed, compiling them first where need be."""
         configs = list(configs)
         if unit.compiles_on_demand:
-            compile_on_demand(session, kp, unit, configs, device, hold)
-        return session._invalid_configs(kp, unit, configs)
+            compile_on_demand(compiles, stats, kp, unit, configs, device, hold)
+        return compiles.invalid_configs(kp, unit, configs)
 
-    def measure_batch(probes) -> list[Measurement]:
+    def measure_probes(probes) -> list[Measurement]:
         """The probes the previous record lacks as one pipelined batch on the device, its wall
         time shared out as the exhaustive path shares it; the others taken from that record."""
         nonlocal reused
@@ -79,13 +83,11 @@ def search_shape(session: TuneSession, kp: KernelPlan, unit: BenchUnit, hold: De
                 answers[config.id] = known
                 continue
             settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
-            requests.append(session._request(kp, unit, config, settings, device))
+            requests.append(request(kp, unit, config, settings, device))
             lengths[config.id] = (config, short_rep_ms)
         if requests:
-            from aot_tune.pipeline.session import _measure_batch, bench_timeout
-
             timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
-            measured, seconds = _measure_batch(hold, requests, timeout_s)
+            measured, seconds = measure_batch(hold, requests, timeout_s)
             for m in measured:
                 config, short_rep_ms = lengths[m.config_id]
                 fresh.append(m)
@@ -93,22 +95,22 @@ def search_shape(session: TuneSession, kp: KernelPlan, unit: BenchUnit, hold: De
         return [answers[config.id] for config, _ in probes]
 
     def measure(config: Config, share: float) -> Measurement:
-        return measure_batch([(config, share)])[0]
+        return measure_probes([(config, share)])[0]
 
-    sources = [search.source_from_record(r, unit.shape) for r in session._source_records(kp, unit)]
-    result = search.run_search(unit.search, unit.configs, verdicts, measure, sources, measure_batch=measure_batch)
+    seeds = [search.source_from_record(r, unit.shape) for r in sources]
+    result = search.run_search(unit.search, unit.configs, verdicts, measure, seeds, measure_batch=measure_probes)
     return result.measurements, fresh, search_proto(unit, result, reused)
 
 
-def source_records(session: TuneSession, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
+def source_records(staleness: Staleness, kp: KernelPlan, unit: BenchUnit) -> list[TuningRecord]:
     """The finished records of the shapes seeding this one (their bench tasks ran first); for
     ``ranked``, the cache's records of other devices and fingerprints (aot_tune.search.ranked)."""
     if unit.search.strategy == "ranked":
-        return session.staleness.ranked_sources(kp, unit)
+        return staleness.ranked_sources(kp, unit)
     records = []
     for shape in unit.sources:
         source = kp.bench_of((shape, unit.dtype), unit.device)
-        record = session.staleness.previous_record(kp, source) if source is not None else None
+        record = staleness.previous_record(kp, source) if source is not None else None
         if record is not None:
             records.append(record)
     return records

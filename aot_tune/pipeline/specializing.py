@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from aot_tune.build.specialize import SpecializeRequest, split_request
-from aot_tune.pipeline.plan import KernelPlan
+from aot_tune.pipeline.plan import KernelPlan, Plan
+from aot_tune.pipeline.staleness import Staleness
+from aot_tune.runs.progress import eprint
+from aot_tune.runs.stats import RunStats
 from aot_tune.space import Config
-from aot_tune.workers import forking
-
-if TYPE_CHECKING:
-    from aot_tune.pipeline.session import TuneSession
+from aot_tune import forking
+from aot_tune.workers.pools import Executors
 
 
-def capture(session: "TuneSession") -> None:
+def capture(plan: Plan, staleness: Staleness, executors: Executors, stats: RunStats) -> None:
     """One request per kernel and target, each split into parts spread over the compile workers
     (a big space has thousands of launches at about half a millisecond each), side by side."""
-    from aot_tune.pipeline.session import eprint
-
-    plan = session.plan
     requests: list[tuple[KernelPlan, SpecializeRequest]] = []
     for kp in plan.kernels:
         wanted: dict[str, dict[tuple[tuple[int, ...], str], list[Config]]] = {}
-        for target, shape, dtype, config in session.staleness.launches_to_specialize(kp):
+        for target, shape, dtype, config in staleness.launches_to_specialize(kp):
             wanted.setdefault(target, {}).setdefault((shape, dtype), []).append(config)
         spec = kp.spec
         for target, launches in wanted.items():
@@ -38,14 +35,13 @@ def capture(session: "TuneSession") -> None:
             )))
     if not requests:
         return
-    executors = session.executors
     requests = [(kp, part) for kp, request in requests
                 for part in split_request(request, -(-executors.compile_jobs // len(requests)))]
     start, began = time.perf_counter(), time.time()
     executors.start_compiles()  # every compile worker, not only the ones these requests take
     with ThreadPoolExecutor(len(requests)) as threads:
         results = list(threads.map(lambda item: executors.specialize(item[1]), requests))
-    specialized, seconds = session.specialized, session.seconds
+    specialized, seconds = stats.specialized, stats.seconds
     for (kp, _), result in zip(requests, results):
         kp.specializations.add(result)
         specialized["launches"] += result.launches
@@ -54,7 +50,7 @@ def capture(session: "TuneSession") -> None:
         kp.specializations.write(kp.specializations_path)
         kp.plan_compiles(plan.toolchain, plan.work_dir)
         specialized["specializations"] += len({u.specialization for u in kp.compile_units})
-    session.record_span("specialize", began, time.time())
+    stats.span("specialize", began, time.time())
     # Until the fork server's imports are done no compile could start either: only the rest
     # of this step is on the run's critical path.
     startup = max(0.0, (forking.ready_at or began) - began)

@@ -24,6 +24,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
+from aot_tune.manifest import BenchSettings
+from aot_tune.tuning_schema import TuningRecord
+
+#: The least a device worker may go without progress before its config is a timeout: a GPU
+#: step includes loading a kernel (and compiling a default config outside the space); the
+#: interpreter runs a whole launch on the CPU.
+BENCH_TIMEOUT_FLOOR_S = {"cuda": 120.0, "interpreter": 600.0}
+
 C = TypeVar("C")
 U = TypeVar("U")
 
@@ -181,3 +190,33 @@ class DeviceHold:
         self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
         self.seconds.update(lease.seconds)
         stack.close()
+
+
+def bench_timeout(settings: BenchSettings, backend: str, previous: TuningRecord | None = None) -> float:
+    """The manifest's ``timeout_s``, else the floor of the backend, raised to ten times the slowest
+    measurement this shape took before and fifty times the GPU time a config is given."""
+    if settings.timeout_s:
+        return settings.timeout_s
+    slowest = max((m.seconds for m in previous.measurements), default=0.0) if previous is not None else 0.0
+    return max(BENCH_TIMEOUT_FLOOR_S[backend], 10 * slowest, 50 * (settings.warmup_ms + settings.rep_ms) / 1e3)
+
+
+def measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float
+                  ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
+    """Measure ``requests`` on the held device as one pipelined batch: the measurements, and
+    each one's share of the batch's wall seconds (from when the device is held: not the wait for it)."""
+    hold.lease()
+    began = time.perf_counter()
+    measured = hold.measure_all(requests, timeout_s)
+    return measured, share_out(time.perf_counter() - began, measured)
+
+
+def share_out(wall: float, measured: list[ConfigMeasurement]) -> dict[str, float]:
+    """A pipelined batch's wall time shared out over its measurements in proportion to each one's
+    own phases on the device worker (less the graph capture, which overlapped the previous
+    config's timed launches), so that they add up to what the batch cost."""
+    own = {m.config_id: sum(s for phase, s in m.phase_seconds.items() if phase != "capture") for m in measured}
+    total = sum(own.values())
+    if total <= 0:
+        return {config_id: wall / max(len(own), 1) for config_id in own}
+    return {config_id: wall * value / total for config_id, value in own.items()}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from aot_tune.runtime.devices import DevicePeak
-    from aot_tune.reports.report import Heatmap, ShapeRow
+    from aot_tune.reports.rows import Heatmap, ShapeRow
 
 SIDES = (("tuned", "#2b7bba"), ("default", "#f0a030"), ("vendor", "#7f7f7f"))
 SPLIT_COLORS = {"specialize": "#9467bd", "compile": "#f0a030", "bench": "#2b7bba", "other": "#c7c7c7"}

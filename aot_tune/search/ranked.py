@@ -47,7 +47,7 @@ from aot_tune.space import Config
 from aot_tune.tuning_schema import TuningRecord
 
 if TYPE_CHECKING:
-    from aot_tune.search.strategies import SearchRun
+    from aot_tune.search.budget import SearchRun
 
 #: Fastest configs of each source's ranking in the first batch: the winner here is most often
 #: among them, and they give the fit its first points.

@@ -31,7 +31,8 @@ from aot_tune.bench.engine.timing import MIN_SAMPLES
 from aot_tune.cache import config_from_proto, record_full_shape, set_samples
 from aot_tune.manifest import SearchSettings
 from aot_tune.search import ranked
-from aot_tune.search.strategies import known_verdicts, run_search, source_from_record, transfer_plan
+from aot_tune.search.budget import known_verdicts
+from aot_tune.search.strategies import run_search, source_from_record, transfer_plan
 from aot_tune.select import choose
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord

@@ -24,7 +24,7 @@ one line naming the shapes and dtypes it lacks.
 A generated module must be exactly what its cache renders to, byte for byte: a module edited
 by hand (or by anything else) is flagged, and so is one holding tuned entries its cache lacks
 (the cache was deleted, emptied or truncated: the next run would drop those tables), or tables
-whose records the manifest made stale (aot_tune.tables.guard). So must every file of the
+whose records the manifest made stale (aot_tune.pipeline.guard). So must every file of the
 kernel's ``exports:`` (aot_tune.exports): a missing or stale one is flagged.
 """
 from __future__ import annotations
@@ -36,12 +36,13 @@ from aot_tune import exports
 from aot_tune.cache import Mismatch, record_full_shape
 from aot_tune.codegen import committed_as_generated, is_generated, render_kernel
 from aot_tune.errors import program
-from aot_tune.fingerprint import SourceIndex, measured_dependencies
+from aot_tune.fingerprint import measured_dependencies
+from aot_tune.sources import SourceIndex
 from aot_tune.manifest import KernelSpec, Manifest
-from aot_tune.pipeline.plan import shape_label
+from aot_tune.runs import shape_label
 from aot_tune.pipeline.staleness import ManifestChange, manifest_changes, record_problem
 from aot_tune.runtime.devices import INTERPRETER
-from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
+from aot_tune.pipeline.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
 from aot_tune.triton_compat import versions
 
 TOOLCHAIN_MODES = ("recorded", "installed")

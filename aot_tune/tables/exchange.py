@@ -17,7 +17,7 @@ it is left out, and the summary names it. Incoming current records of a device r
 device's stale records here, as a retune on it would. A merge never drops a table either: if a
 generated module holds entries that the merged cache would lack, or tables of devices whose
 records the manifest made stale, it stops (``doit drop-device`` drops a device's tables on
-purpose; aot_tune.tables.guard).
+purpose; aot_tune.pipeline.guard).
 """
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ from aot_tune import cache as cache_io, exports
 from aot_tune.cache import CheckedCache
 from aot_tune.codegen import ensure_generated, render_kernel, write_module
 from aot_tune.errors import TuneError
-from aot_tune.fingerprint import SourceIndex, measured_code
+from aot_tune.fingerprint import measured_code
+from aot_tune.sources import SourceIndex
 from aot_tune.manifest import KernelSpec, Manifest
 from aot_tune.pipeline.staleness import record_problem
-from aot_tune.tables.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
+from aot_tune.pipeline.guard import entries_missing_from_cache, lost_tables_message, stale_tables_message
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
 

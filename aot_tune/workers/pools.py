@@ -2,7 +2,7 @@
 
 doit runs our tasks on threads (``-P thread``); each task hands its work to a pool here and
 waits. Workers start once and stay alive across tasks. Compile workers are forked from a fork
-server that imported torch and triton and did their one-time set-up once (aot_tune.workers.forking), so
+server that imported torch and triton and did their one-time set-up once (aot_tune.forking), so
 each starts in milliseconds instead of importing for seconds; they are all started as soon as
 the run knows it will compile (``start_compiles``), while the server's imports may still be
 running. Nothing starts until the run knows it needs it, so a run with nothing to do starts nothing.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from aot_tune.workers import forking
+from aot_tune import forking
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
 from aot_tune.build.deadline import CompileDeadline

@@ -13,7 +13,7 @@ For that fork to be safe and to behave like a spawned worker:
   thread pool when loaded; it shuts it down around ``fork()`` itself (pthread_atfork);
 * it never initializes CUDA: no ``torch.cuda`` call, Triton's driver is not created (a compile
   worker installs a stand-in driver; a GPU device worker initializes CUDA in itself after the
-  fork, and checks first, aot_tune.workers.forking.cuda_fork_problem). Importing a CUDA build of torch
+  fork, and checks first, aot_tune.forking.cuda_fork_problem). Importing a CUDA build of torch
   loads the CUDA driver's library, which is harmless until it is initialized: the last step here
   records whether it was (``STATE["drivers"]``), since a forked worker cannot tell;
 * the environment is pinned before triton is imported: TRITON_INTERPRET is removed (triton
@@ -22,7 +22,7 @@ For that fork to be safe and to behave like a spawned worker:
   the other knobs triton reads lazily (triton 3.6 and 3.9 read ``knobs.cache.dir`` from the
   environment on each use), so each worker sets its run's cache directory after the fork;
 * it imports torch and triton from the tuning process's ``sys.path`` (aot_tune itself was found
-  on the server's own path, before this module ran; aot_tune.workers.forking checks that a forked worker
+  on the server's own path, before this module ran; aot_tune.forking checks that a forked worker
   finds all three where the tuning process does, and spawns workers if not).
 
 Nothing here may raise: a failed step only leaves more for each worker to do, as before.
@@ -35,10 +35,10 @@ import sys
 import threading
 import time
 
-#: What the preload did; forked workers inherit it (aot_tune.workers.forking.forked_from_server).
+#: What the preload did; forked workers inherit it (aot_tune.forking.forked_from_server).
 STATE: dict = {"preloaded": False, "seconds": 0.0, "threads": 0, "error": "", "drivers": {}}
 
-_SYS_PATH_ENV = "AOT_TUNE_FORKSERVER_SYS_PATH"  # aot_tune.workers.forking.SYS_PATH_ENV
+_SYS_PATH_ENV = "AOT_TUNE_FORKSERVER_SYS_PATH"  # aot_tune.forking.SYS_PATH_ENV
 
 
 def _use_the_parents_path() -> None:
@@ -83,8 +83,8 @@ try:
     _preload()
 except Exception as exc:  # the server must start regardless; workers then import what is missing
     STATE["error"] = f"{type(exc).__name__}: {exc}"[:300]
-try:  # last: what the imports above loaded (aot_tune.workers.forking.cuda_fork_problem reads it in a GPU worker)
-    from aot_tune.workers.forking import driver_states
+try:  # last: what the imports above loaded (aot_tune.forking.cuda_fork_problem reads it in a GPU worker)
+    from aot_tune.forking import driver_states
 
     STATE["drivers"] = driver_states()
 except Exception:  # unread: a GPU worker that finds a driver loaded is spawned instead

@@ -9,7 +9,7 @@ import pytest
 from tunerun import executed, make_project, tune, vector_add_manifest
 
 from aot_tune.cache import config_from_proto, read_cache
-from aot_tune.pipeline.runlog import read_runs
+from aot_tune.runs.log import read_runs
 
 MANIFEST = vector_add_manifest("""\
     space:

@@ -217,7 +217,7 @@ _HOLD_WORKERS = """
 import json, sys, time
 from pathlib import Path
 from aot_tune.bench.runner import INTERPRETER_DEVICE
-from aot_tune.workers import forking
+from aot_tune import forking
 from aot_tune.workers.pools import Executors, worker_state
 
 executors = Executors(INTERPRETER_DEVICE, Path(sys.argv[1]), compile_jobs=2)
@@ -289,8 +289,9 @@ def test_a_launch_that_kills_its_process_costs_only_its_config(tmp_path):
 
 
 def test_the_bench_timeout_is_a_setting_outside_every_fingerprint(tmp_path):
-    from aot_tune.fingerprint import MeasuredOn, SourceIndex, bench_fingerprint, measured_code
-    from aot_tune.pipeline.session import bench_timeout
+    from aot_tune.fingerprint import MeasuredOn, bench_fingerprint, measured_code
+    from aot_tune.sources import SourceIndex
+    from aot_tune.pipeline.streaming import bench_timeout
     from aot_tune.tuning_schema import TuningRecord
 
     plain = load_manifest(make_project(tmp_path / "a", VECTOR_ADD) / "tuning.yaml").kernel("vector_add")

@@ -18,9 +18,10 @@ from tunerun import REPO, doit, gemm_manifest, make_project, tune, vector_add_ma
 from aot_tune import cache as cache_io
 from aot_tune.manifest import load_manifest
 from aot_tune.reports import plots
-from aot_tune.reports.report import ShapeRow, Timed, build_report, write_report
+from aot_tune.reports.report import build_report, write_report
+from aot_tune.reports.rows import ShapeRow, Timed
 from aot_tune.build.compile import CompileRecord, CompileResult
-from aot_tune.pipeline.runlog import RunRecord, append_run, read_runs, time_split
+from aot_tune.runs.log import RunRecord, append_run, read_runs, time_split
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 

@@ -19,11 +19,11 @@ import pytest
 from tunerun import REPO, doit, executed, make_project, tune, vector_add_manifest
 
 from aot_tune import cache as cache_io
-from aot_tune import codegen, fingerprint
+from aot_tune import codegen, sources
 from aot_tune.tables.check import check
 from aot_tune.pipeline.staleness import record_problem
 from aot_tune.errors import ManifestError, TuneError
-from aot_tune.fingerprint import SourceIndex
+from aot_tune.sources import SourceIndex
 from aot_tune.manifest import load_manifest
 from aot_tune.tables.exchange import drop_devices, merge_into_project
 from aot_tune.fingerprint import MeasuredOn, bench_fingerprint, measured_dependencies
@@ -344,13 +344,13 @@ def installed_library(tmp_path, monkeypatch):
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fakelib\nVersion: {version}\n")
         (info / "top_level.txt").write_text("fakelib\n")
-        fingerprint._installed.cache_clear()
-        fingerprint._distribution.cache_clear()
+        sources._installed.cache_clear()
+        sources._distribution.cache_clear()
 
     monkeypatch.syspath_prepend(str(site))
     yield install
-    fingerprint._installed.cache_clear()
-    fingerprint._distribution.cache_clear()
+    sources._installed.cache_clear()
+    sources._distribution.cache_clear()
 
 
 def test_an_installed_library_is_covered_by_its_version(tmp_path, installed_library):

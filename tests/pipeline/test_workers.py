@@ -1,5 +1,5 @@
 """How worker processes start: compile workers forked from a fork server that imported torch and
-triton once (aot_tune.workers.forking, aot_tune.workers.preload), and what must still hold for them:
+triton once (aot_tune.forking, aot_tune.workers.preload), and what must still hold for them:
 the run's Triton cache and environment, recovery from a crash or a hang, the spawn fallback."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from tunerun import doit_command, make_project, subprocess_env, tune, vector_add_manifest
 
 from aot_tune import triton_compat
-from aot_tune.workers import forking
+from aot_tune import forking
 from aot_tune.build.compile import CompileRequest
 from aot_tune.workers.pools import Executors, worker_state
 from aot_tune.bench.runner import INTERPRETER_DEVICE

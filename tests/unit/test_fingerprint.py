@@ -1,4 +1,4 @@
-"""Tests for aot_tune.fingerprint.SourceIndex.closure: which source edits invalidate which kernel."""
+"""Tests for aot_tune.sources.SourceIndex.closure: which source edits invalidate which kernel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from aot_tune.errors import TuneError
-from aot_tune.fingerprint import SourceIndex, digest
+from aot_tune.sources import SourceIndex, digest
 
 KERNELS = '''"""Two kernels in one file."""
 import triton

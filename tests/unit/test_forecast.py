@@ -15,7 +15,7 @@ from aot_tune.build.specialize import SpecializeResult, launch_key
 from aot_tune.manifest import SearchSettings, load_manifest
 from aot_tune.pipeline import forecast as model
 from aot_tune.pipeline.plan import build_plan
-from aot_tune.pipeline.runlog import RunRecord
+from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.tuning_schema import Measurement, TuningRecord
 

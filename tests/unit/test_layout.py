@@ -26,22 +26,6 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def module_level_imports(path: Path) -> set[str]:
-    """Modules imported when this one is imported (not inside functions or TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text())
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for child in [node] if not isinstance(node, (ast.If, ast.Try)) else ast.walk(node):
-            if isinstance(child, ast.Import):
-                names |= {a.name for a in child.names}
-            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
-                names.add(child.module)
-                names |= {f"{child.module}.{a.name}" for a in child.names}
-    return names
-
-
 def all_imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -77,32 +61,103 @@ def test_triton_internals_stay_in_triton_compat():
     assert {n: i for n, i in leaks.items() if i} == {}
 
 
-def test_no_import_cycle_between_modules():
+def imported(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, str | None, int]]:
+    """Every aot_tune import of a module, at module level, inside functions or under TYPE_CHECKING
+    (each is a dependency): (the module imported, the name taken from it or None, line)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None, node.lineno) for a in node.names if a.name.startswith("aot_tune")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("aot_tune") and not node.level:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.append((submodule, None, node.lineno) if submodule in known
+                             else (node.module, alias.name, node.lineno))
+    return found
+
+
+def owner(imported_name: str, known: dict[str, Path]) -> str:
+    """The known module an import names (``import a.b.c`` of a function's module: that module)."""
+    while imported_name and imported_name not in known:
+        imported_name = imported_name.rpartition(".")[0]
+    return imported_name
+
+
+def with_rules() -> dict[str, Path]:
+    """The package's modules and the doit rules, which install as aot_tune.rules."""
     known = modules()
+    for path in sorted((ROOT / "rules").glob("*.py")):
+        known["aot_tune.rules" + ("" if path.stem == "__init__" else f".{path.stem}")] = path
+    return known
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports anywhere in it (not its own packages, which import first)."""
+    known = with_rules()
     graph = {}
     for name, path in known.items():
-        targets = set()
-        for imported in module_level_imports(path):
-            while imported and imported not in known:
-                imported = imported.rpartition(".")[0]
-            if imported and imported != name and not name.startswith(imported + "."):
-                targets.add(imported)
-        graph[name] = targets
+        targets = {owner(module, known) for module, _, _ in imported(name, path, known)}
+        graph[name] = {t for t in targets if t and t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     state: dict[str, int] = {}
 
-    def visit(node: str, trail: list[str]) -> None:
+    def visit(node: str, trail: list[str]) -> list[str] | None:
         state[node] = 1
-        for target in sorted(graph[node]):
+        for target in sorted(graph.get(node, ())):
             if state.get(target) == 1:
-                cycle = trail[trail.index(target):] + [target] if target in trail else [node, target]
-                raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
-            if target not in state:
-                visit(target, trail + [target])
+                return trail[trail.index(target):] + [target]
+            if target not in state and (cycle := visit(target, trail + [target])):
+                return cycle
         state[node] = 2
+        return None
 
     for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
+        if name not in state and (cycle := visit(name, [name])):
+            return cycle
+    return None
+
+
+def test_no_import_cycle_between_modules():
+    """Imports inside functions and under TYPE_CHECKING count: each is a dependency all the same."""
+    cycle = first_cycle(import_graph())
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_no_import_cycle_between_packages():
+    """The top-level packages and modules form layers: following a tune from ``doit tune`` to
+    ``generated/<kernel>.py``, each call goes down a layer or stays in its own package."""
+    layer = lambda module: ".".join(module.split(".")[:2])  # noqa: E731 - aot_tune.<package or module>
+    packages: dict[str, set[str]] = {}
+    for name, targets in import_graph().items():
+        packages.setdefault(layer(name), set()).update(layer(t) for t in targets if layer(t) != layer(name))
+    cycle = first_cycle(packages)
+    assert cycle is None, f"packages import each other: {' -> '.join(cycle)}"
+
+
+def test_no_module_takes_another_modules_underscore_names():
+    """A name with a leading underscore is used only in its own module: never imported from
+    another one, nor read off an imported module."""
+    known = with_rules()
+    taken = []
+    for name, path in known.items():
+        imports = imported(name, path, known)
+        taken += [f"{name}:{line} imports {module}.{what}" for module, what, line in imports
+                  if what and what.startswith("_") and not what.startswith("__") and owner(module, known) != name]
+        aliases = {}
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    full = alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
+                    if full in known and full != name:
+                        aliases[alias.asname or alias.name] = full
+        taken += [f"{name}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                  and isinstance(node.value, ast.Name) and node.value.id in aliases]
+    assert taken == []
 
 
 #: What a kernel library's users install (`pip install aot-tune`): the runtime never imports the

@@ -9,7 +9,7 @@ from tunerun import make_project
 from aot_tune import cache as cache_io
 from aot_tune.tables.check import check
 from aot_tune.errors import TuneError
-from aot_tune.fingerprint import SourceIndex
+from aot_tune.sources import SourceIndex
 from aot_tune.manifest import load_manifest
 from aot_tune.tables.exchange import cache_files, merge_into_project
 from aot_tune.fingerprint import MeasuredOn, bench_fingerprint, measured_code

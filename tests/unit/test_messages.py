@@ -10,7 +10,8 @@ import pytest
 from tunerun import alias_bomb
 
 from aot_tune.errors import ManifestError, quoted, shorten
-from aot_tune.fingerprint import SourceIndex, measured_dependencies
+from aot_tune.fingerprint import measured_dependencies
+from aot_tune.sources import SourceIndex
 from aot_tune.manifest import load_manifest
 from aot_tune.pipeline.plan import build_plan
 from aot_tune.bench.runner import INTERPRETER_DEVICE

@@ -1,4 +1,4 @@
-"""Tests for aot_tune.pipeline.progress: the progress lines of long stages."""
+"""Tests for aot_tune.runs.progress: the progress lines of long stages."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from aot_tune.pipeline import progress
-from aot_tune.pipeline.progress import Progress
+from aot_tune.runs import progress
+from aot_tune.runs.progress import Progress
 
 
 class Clock:

@@ -13,7 +13,8 @@ from aot_tune.search import strategies as search
 from aot_tune.bench.runner import ConfigMeasurement
 from aot_tune.manifest import BenchSettings, SearchSettings
 from aot_tune.space import Config
-from aot_tune.pipeline.session import TuneSession
+from aot_tune.pipeline import searching
+from aot_tune.runs.stats import RunStats
 
 CONFIGS = [Config.from_dict({"A": a, "B": b, "C": c})
            for a, b, c in itertools.product([16, 32, 64, 128], [16, 32, 64, 128], [1, 2, 4])]
@@ -43,12 +44,19 @@ class Lease:
                 for r in reversed(requests)]
 
 
+class Session:
+    """A bench stage's budgeted path with every compile valid and no seeding shapes."""
+
+    compiles = SimpleNamespace(invalid_configs=lambda kp, unit, configs: {})
+
+    def search(self, kp, unit, hold, previous, device):
+        request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id,  # noqa: E731
+                                                                             settings=settings)
+        return searching.search_shape(self.compiles, RunStats(), kp, unit, hold, previous, device, request, [])
+
+
 def session_and_unit(budget: int):
-    session = TuneSession.__new__(TuneSession)
-    session._invalid_configs = lambda kp, unit, configs: {}
-    session._source_records = lambda kp, unit: []
-    session._request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id,
-                                                                                   settings=settings)
+    session = Session()
     kp = SimpleNamespace(spec=SimpleNamespace(bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
                                                                   l2_flush_bytes=None)))
     unit = SimpleNamespace(search=SearchSettings("surrogate", budget, seed=1), configs=tuple(CONFIGS),
@@ -59,7 +67,7 @@ def session_and_unit(budget: int):
 def test_a_surrogate_search_reaches_the_device_in_batches_with_shared_out_seconds():
     session, kp, unit, device = session_and_unit(20)
     lease = Lease()
-    entries, fresh, info = session._search(kp, unit, lease, None, device)
+    entries, fresh, info = session.search(kp, unit, lease, None, device)
     sizes = [len(b) for b in lease.batches]
     assert sizes == [search.INITIAL_DESIGN, search.BATCH, search.BATCH, search.BATCH, search.FINALISTS]
     assert all(rep == 18 * search.SCREEN_SHARE for b in lease.batches[:-1] for _, rep in b)
@@ -82,10 +90,10 @@ def test_a_surrogate_search_reaches_the_device_in_batches_with_shared_out_second
 def test_probes_an_earlier_record_holds_are_reused_and_the_rest_still_go_as_batches():
     session, kp, unit, device = session_and_unit(20)
     first = Lease()
-    entries, _, _ = session._search(kp, unit, first, None, device)
+    entries, _, _ = session.search(kp, unit, first, None, device)
     previous = SimpleNamespace(measurements=list(entries.values()))
     again = Lease()
-    _, fresh, info = session._search(kp, unit, again, previous, device)
+    _, fresh, info = session.search(kp, unit, again, previous, device)
     # a record keeps each config's latest measurement: the finalists' screening timings are gone,
     # so only they are measured again (short, in the batches they were chosen in)
     finalists = {m.config.id for m in entries.values() if not m.short_rep_ms}
@@ -94,6 +102,6 @@ def test_probes_an_earlier_record_holds_are_reused_and_the_rest_still_go_as_batc
     assert info.reused == 20 and all(rep < 18 for b in again.batches for _, rep in b)
     unit = SimpleNamespace(**{**vars(unit), "search": SearchSettings("surrogate", 24, seed=1)})
     more = Lease()
-    _, fresh, info = session._search(kp, unit, more, previous, device)
+    _, fresh, info = session.search(kp, unit, more, previous, device)
     assert fresh and all(len(b) <= search.BATCH or b == more.batches[-1] for b in more.batches)
     assert sum(map(len, more.batches)) == len(fresh) and info.reused + len(fresh) >= 24 + search.FINALISTS

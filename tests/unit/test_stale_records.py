@@ -1,6 +1,6 @@
 """Stale or corrupt: the record check (aot_tune.cache) tells a record the manifest outgrew (another
 key, a param the space lost or holds with another type) from a malformed or forged one, and the
-guard (aot_tune.tables.guard) keeps a stale device's table from being dropped unasked."""
+guard (aot_tune.pipeline.guard) keeps a stale device's table from being dropped unasked."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +12,7 @@ from aot_tune.codegen import render_module
 from aot_tune.errors import TuneError
 from aot_tune.manifest import load_manifest
 from aot_tune.pipeline.staleness import manifest_changes
-from aot_tune.tables.guard import entries_missing_from_cache, stale_tables_message
+from aot_tune.pipeline.guard import entries_missing_from_cache, stale_tables_message
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
 MANIFEST = """\

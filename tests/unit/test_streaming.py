@@ -123,7 +123,6 @@ def test_the_record_does_not_depend_on_the_waves():
     """Measured in one batch or in waves as compiles land, a bench task records the same
     measurements (but for each one's share of its batch's wall time) and picks the same config."""
     import itertools
-    from collections import Counter
     from types import SimpleNamespace
 
     from aot_tune.bench.runner import ConfigMeasurement
@@ -131,7 +130,8 @@ def test_the_record_does_not_depend_on_the_waves():
     from dataclasses import dataclass
 
     from aot_tune.pipeline.baselines import Baselines
-    from aot_tune.pipeline.session import TuneSession
+    from aot_tune.pipeline.benching import Benches
+    from aot_tune.runs.stats import RunStats
     from aot_tune.select import choose
     from aot_tune.space import Config
 
@@ -157,20 +157,22 @@ def test_the_record_does_not_depend_on_the_waves():
 
     def measure(waves, landed_meanwhile=()):
         batches.clear()
-        session = TuneSession.__new__(TuneSession)
-        session._all_landed = lambda kp, unit, config, device: config in landed_meanwhile
-        session.seconds, session.bench_status, session.stragglers = Counter(), Counter(), Stragglers()
-        session.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
-        session._landed = lambda kp, unit, todo, device, on_wait, give_up: iter(waves)
-        session._invalid_configs = lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid}
-        session._request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id)
+        benches = Benches.__new__(Benches)
+        benches.compiles = SimpleNamespace(
+            all_landed=lambda kp, unit, config, device: config in landed_meanwhile, stragglers=Stragglers(),
+            landed=lambda cu: True,
+            invalid_configs=lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid})
+        benches.stats = RunStats()
+        benches.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
+        benches._landed = lambda kp, unit, todo, device, on_wait, give_up: iter(waves)
+        benches.request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id)
         kp = SimpleNamespace(spec=SimpleNamespace(name="k", bench=BenchSettings(warmup_ms=2, rep_ms=18, l2_flush=True,
                                                                             l2_flush_bytes=None)))
         unit = SimpleNamespace(configs=tuple(configs), default_config=configs[0], vendor="kernels.k:vendor")
         hold = SimpleNamespace(lease=lambda upcoming=None: Lease(), release=lambda: None,
                                measure_all=lambda requests, timeout_s: list(Lease().measure_all(requests, timeout_s)))
         baselines = Baselines(unit, True, lambda config: Request(config.id), {c.id for c in configs}.__contains__)
-        entries, fresh = session._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"), baselines)
+        entries, fresh = benches._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"), baselines)
         assert "vendor" in batches[-1] and sum(b.count("vendor") for b in batches) == 1  # with the last batch
         assert baselines.measured["vendor"].times_ms == [0.5] * 12 and "vendor" not in entries
         assert baselines.protos(entries)["default"] is entries[configs[0].id]  # a config of the space: not timed again

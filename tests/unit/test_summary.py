@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from types import SimpleNamespace
 
 from aot_tune.pipeline.forecast import Calibration, Forecast
-from aot_tune.pipeline.summary import _bench_timing, end_to_end, run_record
+from aot_tune.runs.stats import RunStats
+from aot_tune.runs.summary import bench_timing, end_to_end, run_record
 
 
-def session(**seconds) -> SimpleNamespace:
-    pool = SimpleNamespace(started_at=100.0, ready_at=100.5)
-    return SimpleNamespace(spans={"bench": [100.0, 130.0]}, seconds=Counter(seconds), batches=7,
-                           executors=SimpleNamespace(devices=pool, compile_jobs=16),
-                           plan=SimpleNamespace(device=SimpleNamespace(count=1)))
+def session(**seconds) -> RunStats:
+    return RunStats(spans={"bench": [100.0, 130.0]}, seconds=Counter(seconds), batches=7, compile_jobs=16,
+                    devices=1, devices_started_at=100.0, devices_ready_at=100.5)
 
 
 def test_the_share_counts_baselines_and_the_split_adds_up_to_the_held_time():
-    line = _bench_timing(session(**{"measured": 16.0, "measured baselines": 2.0, "device held": 25.0,
+    line = bench_timing(session(**{"measured": 16.0, "measured baselines": 2.0, "device held": 25.0,
                                     "device batches": 24.0, "device inputs": 1.0, "device loads": 0.5,
                                     "device timed span": 18.5}))
     assert "timed kernel launches 18.0s (16.0s configs, 2.0s baselines), 72% of the 25.0s" in line
@@ -30,7 +28,7 @@ def test_the_share_counts_baselines_and_the_split_adds_up_to_the_held_time():
 
 
 def test_without_the_workers_split_only_the_share_is_given():
-    line = _bench_timing(session(**{"measured": 8.0, "device held": 10.0}))
+    line = bench_timing(session(**{"measured": 8.0, "device held": 10.0}))
     assert "80% of the 10.0s" in line and "bench device time" not in line
 
 
@@ -53,20 +51,26 @@ def predicted() -> Forecast:
                     rest_s=1.0)
 
 
+def with_prediction(stats: RunStats, forecast: Forecast | None) -> RunStats:
+    """The run's statistics with what it predicted at its start, as the session leaves them when it ends."""
+    stats.predicted_s = forecast.predicted_s if forecast is not None else None
+    stats.predicted = forecast.parts() if forecast is not None else {}
+    return stats
+
+
 def test_end_to_end_ends_with_what_the_run_predicted():
-    line = end_to_end(session(**{"compiling": 149.4, "slowest valid compile": 3.0, "measured": 7.0}), 40.8, predicted())
+    line = end_to_end(with_prediction(session(**{"compiling": 149.4, "slowest valid compile": 3.0, "measured": 7.0}),
+                                      predicted()), 40.8)
     assert line.startswith("end to end: 40.8s wall, floor 9.3s (")
     assert line.endswith(": 4.4x the floor; predicted 40.0 s (start-up 10.0, compile 9.0, bench 20.0, rest 1.0)")
 
 
 def test_the_run_log_keeps_the_prediction_beside_the_wall_time():
-    ran = session(**{"device held": 25.0})
-    ran.plan = SimpleNamespace(device=SimpleNamespace(key="h100-sxm", backend="cuda", count=1), kernels=[])
-    ran.compile_status, ran.bench_status, ran.baseline_status = Counter(), Counter(ok=3), Counter()
-    ran.forecast = predicted()
+    ran = with_prediction(session(**{"device held": 25.0}), predicted())
+    ran.device, ran.backend, ran.bench_status = "h100-sxm", "cuda", Counter(ok=3)
     record = run_record(ran, 1000.0, 1040.8, ok=True)
     assert record.wall_s == 40.8 and record.predicted_s == 40.0 and record.batches == 7
     assert record.predicted == {"start-up": 10.0, "compile": 9.0, "bench": 20.0, "rest": 1.0}
     assert record.worker_seconds["device start-up"] == 0.5  # the device pool's, from asked to up
-    ran.forecast = None  # a run that predicted nothing
+    ran = with_prediction(ran, None)  # a run that predicted nothing
     assert run_record(ran, 1000.0, 1040.8, ok=True).predicted_s is None

@@ -75,7 +75,7 @@ def compile_once(project: Path, kernels: list[str], jobs: int, backend: str) -> 
     from aot_tune.manifest import load_manifest
     from aot_tune.pipeline.plan import build_plan
     from aot_tune.pipeline.session import TuneSession
-    from aot_tune.pipeline.summary import run_summary
+    from aot_tune.runs.summary import run_summary
 
     began = time.perf_counter()
     manifest = load_manifest(project / "tuning.yaml")
@@ -90,7 +90,7 @@ def compile_once(project: Path, kernels: list[str], jobs: int, backend: str) -> 
         session.start_stage("compile", len(units))
         with ThreadPoolExecutor(jobs) as threads:
             list(threads.map(lambda item: session.compile(*item), units))
-        print(f"  {run_summary(session)}", flush=True)
+        print(f"  {run_summary(session.ended())}", flush=True)
     finally:
         executors.close()
     return time.perf_counter() - began
@@ -132,7 +132,7 @@ def picks(project: Path) -> dict:
 
 
 def _seconds(duration: str) -> float:
-    """'41.3s', '1m23s' or '2h05m' (aot_tune.pipeline.progress) in seconds."""
+    """'41.3s', '1m23s' or '2h05m' (aot_tune.runs.progress) in seconds."""
     match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:([\d.]+)s)?", duration)
     hours, minutes, seconds = (float(g or 0) for g in match.groups())
     return hours * 3600 + minutes * 60 + seconds

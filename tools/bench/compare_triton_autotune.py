@@ -146,7 +146,7 @@ def tune(project: Path, args, timeout: float) -> dict:
 def our_split(project: Path, wall: float) -> dict:
     """The clean run's wall time by part, from its run log; start-up is the time outside the
     command's own clock (interpreter start, imports, doit's loading)."""
-    from aot_tune.pipeline.runlog import read_runs, time_split
+    from aot_tune.runs.log import read_runs, time_split
 
     runs = read_runs(project / ".aot_tune")
     if not runs:

@@ -5,7 +5,7 @@ shapes spread over the GPUs and no GPU ever runs two benchmarks at once. A worke
 hangs is killed and replaced; the config it was running is recorded as crashed or timed out
 (when several configs had work queued on the GPU, each is first measured again alone).
 
-A GPU worker is forked from the fork server the compile workers come from (aot_tune.workers.forking),
+A GPU worker is forked from the fork server the compile workers come from (aot_tune.forking),
 which imported torch and triton once and never initialized CUDA: it initializes CUDA itself,
 after the fork, and starts in about the time CUDA takes instead of importing for seconds first.
 It checks first that nothing in the server initialized the CUDA driver (a CUDA build of torch
@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from aot_tune.workers import forking
+from aot_tune import forking
 from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, DeviceModel,
                                    MeasurementStatus, Runner)
 from aot_tune.bench.local.worker import worker_main, workload_key

@@ -36,7 +36,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     message)`` instead, and the pool measures each of them again on its own.
     """
     from aot_tune import triton_compat
-    from aot_tune.workers import forking
+    from aot_tune import forking
 
     forking.exit_with_owner(environ)
     forking.adopt_environment(environ)

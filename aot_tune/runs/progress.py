@@ -1,4 +1,5 @@
-"""Progress lines for long stages: done/total, elapsed and an estimate of what is left.
+"""Progress lines for long stages: done/total, elapsed and an estimate of what is left; and
+``eprint``, the run's other lines, on the real stderr like them (doit captures ``sys.stderr``).
 
 With the run's prediction (aot_tune.pipeline.forecast) the estimate is the predicted seconds of
 the tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long the
@@ -69,3 +70,7 @@ def _duration(seconds: float) -> str:
         return f"{seconds:.1f}s"
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def eprint(message: str) -> None:
+    print(message, file=sys.__stderr__, flush=True)

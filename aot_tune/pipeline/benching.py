@@ -1,0 +1,205 @@
+"""The bench stage: a bench task measures its shape's configs on a device of its model, streaming
+behind their compiles (aot_tune.pipeline.streaming) or searching under a budget
+(aot_tune.pipeline.searching), with the baselines; and writes its tuning record."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Iterable
+
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceModel
+from aot_tune.cache import record_full_shape
+from aot_tune.errors import BenchUnavailable, StageFailure
+from aot_tune.fileio import write_atomic
+from aot_tune.manifest import BenchSettings
+from aot_tune.pipeline import searching
+from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
+from aot_tune.pipeline.compiling import Compiles
+from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
+from aot_tune.pipeline.recording import assemble_record, measurement_proto, no_config_passed, ranked_from
+from aot_tune.pipeline.staleness import Staleness
+from aot_tune.pipeline.streaming import DeviceHold, bench_timeout, landed_waves, measure_batch
+from aot_tune.pipeline.stragglers import StragglerJudge
+from aot_tune.runs.stats import RunStats
+from aot_tune.space import Config
+from aot_tune.tuning_schema import TuningRecord
+from aot_tune.workers.pools import Executors
+
+
+class Benches:
+    """The run's bench tasks, on the devices of ``executors``, behind the run's ``compiles``."""
+
+    def __init__(self, plan: Plan, executors: Executors, staleness: Staleness, compiles: Compiles,
+                 stats: RunStats) -> None:
+        self.plan, self.executors, self.staleness = plan, executors, staleness
+        self.compiles, self.stats = compiles, stats
+        self.on_demand_candidates: dict[str, CompileUnit] = {}  # the compiles the budgeted searches could have asked for
+
+    def bench(self, kp: KernelPlan, unit: BenchUnit) -> StageFailure | None:
+        """Exhaustive: measure the configs this shape has no measurement of yet and keep the
+        others. Budgeted: run the shape's search (aot_tune.search.strategies). Then the baselines, if the
+        record lacks them (alone, for records made before them); re-pick and write. A bench with
+        nothing left to measure (run by ``-a``) leaves its record as it is."""
+        stats = self.stats
+        if self.staleness.bench_done(kp, unit):
+            stats.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} up to date")
+            return None
+        device = self.plan.device_of(unit)
+        previous = self.staleness.previous_record(kp, unit)
+        search_info = None
+        start, began = time.perf_counter(), time.time()
+        hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
+        planned = {c.id for c in unit.configs}
+        wanted = self.staleness.baselines_to_measure(kp, unit)
+        make_request = lambda config: self.request(kp, unit, config, kp.spec.bench, device)  # noqa: E731
+        try:
+            try:
+                if unit.search.exhaustive:  # the baselines ride along with the last batch of configs
+                    baselines = Baselines(unit, wanted, make_request, planned.__contains__)
+                    entries, fresh = self._measure_all(kp, unit, hold, previous, device, baselines)
+                else:  # adaptive: compiles on demand (aot_tune.pipeline.searching); a random draw: all first
+                    if not unit.compiles_on_demand:
+                        waiting, _ = time.perf_counter(), list(self._landed(kp, unit, list(unit.probes), device))
+                        stats.seconds["waited for compiles"] += time.perf_counter() - waiting
+                    else:
+                        self.on_demand_candidates.update(searching.candidate_compiles(kp, unit, device))
+                    entries, fresh, search_info = searching.search_shape(
+                        self.compiles, stats, kp, unit, hold, previous, device, self.request,
+                        searching.source_records(self.staleness, kp, unit))
+                    baselines = Baselines(unit, wanted, make_request,
+                                          lambda cid: cid in entries and not entries[cid].short_rep_ms)
+                    if baselines.requests:
+                        baselines.take(hold.measure_all(baselines.requests,
+                                                        bench_timeout(kp.spec.bench, device.backend)))
+                hits, misses = hold.counts()
+                stats.cache_hits, stats.cache_misses = stats.cache_hits + hits, stats.cache_misses + misses
+                info = hold.lease().info  # a task that measured nothing still takes a device for it
+            finally:
+                self.compiles.stragglers.finished(unit.name)
+                hold.release()
+                stats.batches += hold.batches
+                stats.seconds["device held"] += hold.held_s
+                for step, spent in hold.seconds.items():
+                    stats.seconds[f"device {step}"] += spent
+        except BenchUnavailable as exc:  # no device of this model is left to run it: nothing is written
+            stats.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED", unit.name, hold.held_s)
+            return StageFailure(f"{unit.name}: {exc}")
+        targets = kp.bench_targets(device)
+        failed = self.compiles.claims.failures(cu.name for c in unit.probes for cu in kp.compiles_for(unit, c, targets))
+        if failed:
+            stats.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED", unit.name, hold.held_s)
+            return StageFailure(f"{unit.name}: {failed}")
+        elapsed = time.perf_counter() - start
+        stats.seconds["bench"] += elapsed
+        stats.span("bench", began, time.time())
+        stats.bench_status.update(m.status for m in fresh)
+        stats.seconds["measured"] += timed_seconds(fresh)
+        stats.seconds["measured baselines"] += timed_seconds(baselines.measured.values())
+        measured_baselines = baselines.protos(entries)
+        stats.baseline_status.update(f"{role} {m.status}" for role, m in measured_baselines.items())
+        # the record's seconds are the device's: not the wait for a free one or for compiles
+        record = assemble_record(kp, unit, self.plan.device_of(unit), self.plan.toolchain, info, previous,
+                                 entries, fresh, hold.held_s, self._previous_pick(kp, unit, previous))
+        baselines_to_proto(record, unit, previous, measured_baselines)
+        if search_info is not None:
+            record.search.CopyFrom(search_info)
+        if not record.HasField("best"):
+            # Nothing to choose: fail the task, so merge and generate keep the tables as they were.
+            stats.progress["bench"].advance(f"{unit.kernel} {unit.dtype} {unit.shape} FAILED", unit.name, hold.held_s)
+            return StageFailure(no_config_passed(unit, record))
+        write_atomic(unit.output, record.SerializeToString(deterministic=True))
+        note = f"{unit.kernel} {unit.dtype} {unit.shape} best {record.best.id}"
+        if search_info is not None:
+            origin = ranked_from(search_info, unit.shape)
+            note += (f" ({search_info.strategy}{origin}: {search_info.configs_measured} of "
+                     f"{search_info.candidate_count} configs, {search_info.seconds:.1f}s)")
+            tally = stats.searched.setdefault(unit.search.describe(origin), Counter())
+            tally.update(shapes=1, measured=search_info.configs_measured, candidates=search_info.candidate_count)
+            tally["seconds"] += search_info.seconds
+        stats.progress["bench"].advance(note, unit.name, hold.held_s)
+
+    def _measure_all(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
+                     device: DeviceModel, baselines: Baselines):
+        """Every planned config the previous record lacks, in pipelined batches of the configs
+        whose compiles have landed (aot_tune.pipeline.streaming), the baselines with the last
+        batch; the rest is kept from the previous record."""
+        planned = {c.id: c for c in unit.configs}
+        entries = {m.config.id: m for m in previous.measurements if m.config.id in planned} if previous else {}
+        timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)
+        fresh: list[ConfigMeasurement] = []
+        to_measure = self.staleness.configs_to_measure(kp, unit)
+        left = {c.id for c in to_measure}
+        tail = list(baselines.requests)
+        judge = StragglerJudge(unit, entries, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
+                               self.compiles.landed, self.compiles.stragglers, kp.spec.name)
+        waves = self._landed(kp, unit, to_measure, device, hold.release, judge.give_up)
+        while True:
+            waiting = time.perf_counter()
+            wave = next(waves, None)
+            self.stats.seconds["waited for compiles"] += time.perf_counter() - waiting  # without the device
+            if wave is None:
+                break
+            left -= judge.given_up.keys()  # stragglers that cannot win: not waited for
+            wave = [c for c in wave if c.id in left]  # not taken into an earlier batch
+            if not wave:
+                continue
+            # may wait for the device (the configs that land meanwhile join this batch), which
+            # builds this shape's inputs meanwhile if it is busy with another one
+            hold.lease(upcoming=self.request(kp, unit, wave[0], kp.spec.bench, device))
+            taken = {c.id for c in wave}
+            wave = [c for c in to_measure if c.id in taken or (c.id in left and self.compiles.all_landed(kp, unit, c, device))]
+            left -= {c.id for c in wave}
+            invalid = self.compiles.invalid_configs(kp, unit, wave)
+            fresh += [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in wave if c.id in invalid]
+            requests = [self.request(kp, unit, c, kp.spec.bench, device) for c in wave if c.id not in invalid]
+            if not left:
+                requests, tail = requests + tail, []
+            if not requests:
+                continue
+            measured, seconds = measure_batch(hold, requests, timeout_s)
+            measured = baselines.take(measured)
+            for m in measured:
+                entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])
+            fresh += measured
+        fresh += [ConfigMeasurement(config_id, "invalid", why) for config_id, why in judge.given_up.items()]
+        if tail:  # no config left to measure: the baselines alone
+            baselines.take(hold.measure_all(tail, bench_timeout(kp.spec.bench, device.backend)))
+        for m in fresh:
+            if m.status == "invalid":
+                entries[m.config_id] = measurement_proto(m, planned[m.config_id])
+        return entries, fresh
+
+    def _landed(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config], device: DeviceModel,
+                on_wait=lambda: None, give_up=lambda pending: ()):
+        """``configs`` in waves as their compiles for ``device`` land (aot_tune.pipeline.streaming)."""
+        return landed_waves(configs, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
+                            self.compiles.landed,
+                            lambda cu: self.compiles.claims.claimed(cu.name),
+                            lambda cu: self.compiles.run_once(kp, cu), on_wait, give_up)
+
+    def request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
+                device: DeviceModel) -> BenchRequest:
+        spec = kp.spec
+        return BenchRequest(
+            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
+            inputs_ref=spec.inputs, reference_ref=spec.reference,
+            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
+            config_id=config.id, config=config.params, settings=settings,
+            kernel_hashes=self.compiles.kernel_hashes(kp, unit, config, device),
+            check_config=None if spec.reference else spec.check_config(unit.shape).params,
+            combos=spec.combo_pairs, tolerance=spec.tolerance_for(unit.dtype),
+        )
+
+    def _previous_pick(self, kp: KernelPlan, unit: BenchUnit, previous: TuningRecord | None) -> str:
+        """The config id this key's table holds now (from any earlier fingerprint): ties keep it."""
+        if previous is not None and previous.HasField("best"):
+            return previous.best.id
+        for record in self.staleness.cache(kp).records:
+            if (record.device.key, record.dtype, record_full_shape(record)) == (unit.device, unit.dtype, unit.shape):
+                return record.best.id
+        return ""
+
+
+def timed_seconds(measured: Iterable[ConfigMeasurement]) -> float:
+    """The GPU seconds of the timed launches of measurements taken on a GPU."""
+    return sum(sum(m.times_ms) * m.launches_per_sample for m in measured if m.method in ("events", "graph")) / 1e3

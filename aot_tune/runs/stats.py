@@ -1,0 +1,57 @@
+"""``RunStats``: what one ``doit tune`` measures as it runs (counts, spans, waits, worker seconds),
+a record of its own so that the stages write it and the summary, the run log and the progress
+read it, none of them the run's session."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from aot_tune.runs.progress import Progress
+
+
+@dataclass
+class RunStats:
+    """Counters are by outcome or by kind; ``seconds`` are worker seconds by kind (``compile``,
+    ``compiling``, ``waited for compiles``, ``device held``, ``measured``, ``device <step>``...);
+    ``spans`` each stage's [first start, last end] in ``time.time()``. The fields after
+    ``progress`` describe the run around the stages and are set when it ends."""
+
+    specialized: Counter[str] = field(default_factory=Counter)   # launches, specializations
+    compile_status: Counter[str] = field(default_factory=Counter)
+    bench_status: Counter[str] = field(default_factory=Counter)
+    baseline_status: Counter[str] = field(default_factory=Counter)
+    seconds: Counter[str] = field(default_factory=Counter)
+    spans: dict[str, list[float]] = field(default_factory=dict)
+    searched: dict[str, Counter[str]] = field(default_factory=dict)  # strategy and budget -> shapes, configs, seconds
+    cache_hits: int = 0
+    cache_misses: int = 0
+    batches: int = 0  # the batches benches sent to device workers
+    compiled_on_demand: int = 0  # compiles the budgeted searches ran as they reached their configs
+    progress: dict[str, Progress] = field(default_factory=dict)
+    device: str = ""
+    backend: str = ""
+    kernels: list[str] = field(default_factory=list)
+    devices: int = 1  # of the run's device model
+    cuda: bool = False  # whether any device of the run is a GPU
+    compile_jobs: int = 1
+    on_demand_candidates: int = 0  # compiles the budgeted searches could have asked for
+    on_demand_never: int = 0  # of which none landed
+    given_up: int = 0  # straggler compiles no bench waited for
+    devices_started_at: float | None = None  # the local device workers: asked to start, up (None: a cluster's)
+    devices_ready_at: float | None = None
+    fork_server_ready_at: float | None = None
+    predicted_s: float | None = None  # what the run predicted at its start (None: nothing)
+    predicted: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    def span(self, stage: str, start: float, end: float) -> None:
+        """Widen ``stage``'s span to cover [start, end]; stages run on many threads."""
+        with self._lock:
+            span = self.spans.setdefault(stage, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+
+    @property
+    def timed_s(self) -> float:
+        """The seconds of timed kernel launches, the configs' and the baselines'."""
+        return self.seconds["measured"] + self.seconds["measured baselines"]
