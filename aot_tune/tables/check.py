@@ -93,9 +93,11 @@ class CheckReport:
             and not self.module_problems and not self.export_problems and not self.manifest_changes
 
     def render(self) -> str:
-        lines = [f"{'kernel':<16}{'device':<16}{'tuned':>7}{'stale':>7}{'missing':>9}"]
+        kw = max([16, *(len(c.kernel) + 2 for c in self.coverage)])  # recorded kernels' names run long
+        dw = max([16, *(len(c.device) + 2 for c in self.coverage)])
+        lines = [f"{'kernel':<{kw}}{'device':<{dw}}{'tuned':>7}{'stale':>7}{'missing':>9}"]
         for c in self.coverage:
-            lines.append(f"{c.kernel:<16}{c.device:<16}{len(c.tuned):>7}{len(c.stale):>7}{len(c.missing):>9}")
+            lines.append(f"{c.kernel:<{kw}}{c.device:<{dw}}{len(c.tuned):>7}{len(c.stale):>7}{len(c.missing):>9}")
         for c in self.coverage:
             if not c.has_table:
                 lines.append(f"missing: {c.kernel} has no table for {c.device} ({c.required_by}); "
