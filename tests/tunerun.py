@@ -47,6 +47,25 @@ def gemm_manifest(entry: str, targets: str = "[sm90]") -> str:
     return _manifest(f"  targets: {targets}\n", "gemm", "gemm", "matmul_kernel", "matmul", "[M, N, K]", entry)
 
 
+def pip_installed(folder: Path, package: str, modules: dict[str, str], version: str = "1.0") -> Path:
+    """``package`` (its ``modules``: file name -> source) built and installed with pip into a
+    folder of its own under ``folder``, as a user installs a library: never editable, never edited."""
+    source = folder / f"{package}-src"
+    (source / package).mkdir(parents=True)
+    (source / package / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (source / package / name).write_text(text)
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "{package}"\nversion = "{version}"\n\n[tool.setuptools]\npackages = ["{package}"]\n')
+    site = folder / f"{package}-site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--target", str(site), str(source)], capture_output=True, text=True,
+                          timeout=300, env=subprocess_env())
+    assert proc.returncode == 0, f"pip install {package} failed:\n{proc.stdout}\n{proc.stderr}"
+    return site
+
+
 def alias_bomb(levels: int = 8) -> str:
     """YAML anchors each aliasing the one before 9 times: small text, 9**levels nodes once expanded."""
     lines = ["x_anchors:", "  a: &a [x, x, x, x, x, x, x, x, x]"]

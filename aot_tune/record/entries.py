@@ -61,11 +61,12 @@ class Raw:
 
 
 def read_raw(path: str | os.PathLike) -> Raw:
+    """The hook's JSON lines, as the processes of one recorded command appended them."""
     kernels: dict[str, RecordedKernel] = {}
     refused: list[str] = []
     target = ""
     text = Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
-    for number, line in enumerate(text.splitlines(), 1):
+    for line in text.splitlines():
         try:
             item = json.loads(line)
         except ValueError:  # the last line of a process killed mid-write

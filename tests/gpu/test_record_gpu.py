@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from tunerun import REPO, doit_command, subprocess_env
+from tunerun import REPO, doit_command, pip_installed, subprocess_env
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -27,16 +27,7 @@ def run(cwd, *args, env):
 
 
 def test_a_recorded_workload_runs_on_the_gpu_with_zero_autotuning(tmp_path):
-    source = tmp_path / "src"
-    (source / "reclib").mkdir(parents=True)
-    (source / "reclib" / "__init__.py").write_text("")
-    shutil.copy(FIXTURE / "ops.py", source / "reclib" / "ops.py")
-    (source / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64"]\n'
-                                           'build-backend = "setuptools.build_meta"\n[project]\nname = "reclib"\n'
-                                           'version = "1.0"\n[tool.setuptools]\npackages = ["reclib"]\n')
-    site = tmp_path / "site"
-    run(tmp_path, sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-        "--target", str(site), str(source), env=subprocess_env())
+    site = pip_installed(tmp_path, "reclib", {"ops.py": (FIXTURE / "ops.py").read_text()})
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(FIXTURE / "workload.py", project)

@@ -13,22 +13,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tunerun import doit_command, executed, subprocess_env
+from tunerun import doit_command, executed, pip_installed, subprocess_env
 
 PACKAGE = "instlib"
-
-PYPROJECT = f"""\
-[build-system]
-requires = ["setuptools>=64"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "{PACKAGE}"
-version = "2.1"
-
-[tool.setuptools]
-packages = ["{PACKAGE}"]
-"""
 
 #: The library's kernels, as such libraries write them; two configs each, to keep the run short.
 OPS = '''\
@@ -150,14 +137,7 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 def test_an_installed_packages_kernels_are_adopted_tuned_and_launched_untouched(tmp_path):
-    source = tmp_path / "src"
-    (source / PACKAGE).mkdir(parents=True)
-    (source / PACKAGE / "__init__.py").write_text("")
-    (source / PACKAGE / "ops.py").write_text(OPS)
-    (source / "pyproject.toml").write_text(PYPROJECT)
-    site = tmp_path / "site"
-    run(tmp_path, sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
-        str(site), str(source), env=subprocess_env())
+    site = pip_installed(tmp_path, PACKAGE, {"ops.py": OPS}, version="2.1")
     installed = digests(site)
     assert f"{PACKAGE}/ops.py" in installed and any(name.endswith(".dist-info/RECORD") for name in installed)
 

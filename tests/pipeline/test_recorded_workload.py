@@ -17,23 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tunerun import REPO, doit_command, executed, subprocess_env
+from tunerun import REPO, doit_command, executed, pip_installed, subprocess_env
 
 FIXTURE = REPO / "tests" / "fixtures" / "reclib"
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=64"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "reclib"
-version = "1.0"
-
-[tool.setuptools]
-packages = ["reclib"]
-"""
-
-
 def run(cwd: Path, *args: str, env: dict, ok: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if ok:
@@ -49,15 +35,7 @@ def digests(folder: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """reclib built and installed with pip into a folder of its own."""
-    source = tmp_path_factory.mktemp("src")
-    (source / "reclib").mkdir()
-    (source / "reclib" / "__init__.py").write_text("")
-    shutil.copy(FIXTURE / "ops.py", source / "reclib" / "ops.py")
-    (source / "pyproject.toml").write_text(PYPROJECT)
-    site = tmp_path_factory.mktemp("site")
-    run(source, sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
-        str(site), str(source), env=subprocess_env())
-    return site
+    return pip_installed(tmp_path_factory.mktemp("reclib"), "reclib", {"ops.py": (FIXTURE / "ops.py").read_text()})
 
 
 def workload(project: Path, env: dict, **extra: str) -> dict:
