@@ -186,7 +186,11 @@ def test_fla_l2norm_is_recorded_tuned_and_run_with_zero_autotuning(site: Path, t
     assert "kernels.l2norm_fwd_kernel: 2 new shapes (new entry)" in proc.stdout, proc.stdout
     manifest = (project / "tuning.yaml").read_text()
     assert "kernel: fla.modules.norm.l2norm:l2norm_fwd_kernel" in manifest and "key: [D, NB, arg_dtypes]" in manifest
-    (project / "tuning.yaml").write_text(manifest.replace("version: 1\n", "version: 1\ndefaults:\n  targets: [sm90]\n"))
+    # one target, and a search of 3 configs a shape that compiles only what it reaches, as a user
+    # with a big space may set: the recorded entry is an ordinary one
+    (project / "tuning.yaml").write_text(manifest.replace(
+        "version: 1\n", "version: 1\ndefaults:\n  targets: [sm90]\n"
+                        "  search: {strategy: surrogate, budget: {configs: 3}}\n"))
 
     env.pop("TRITON_INTERPRET")
     tuned = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
