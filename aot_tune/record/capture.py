@@ -39,7 +39,6 @@ class Recorder:
         self._kernels: dict[int, str] = {}  # id(tuner) -> its module:attr
         self._target: str | None = None
         self._lock = threading.Lock()
-        self.launches = 0
 
     def __call__(self, tuner: Any, args: tuple, kwargs: dict, key: tuple, config: Any,
                  chosen_by: str) -> Callable[[], None] | None:
@@ -91,7 +90,6 @@ class Recorder:
                 os.write(fd, data)
             finally:
                 os.close(fd)
-            self.launches += 1
 
     def _refuse(self, kernel: str, reason: str) -> None:
         with self._lock:
