@@ -15,7 +15,6 @@ to write.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 
 from aot_tune.adopt.launch import LaunchFunction, defines, launch_function
 from aot_tune.errors import TuneError, quoted, shorten
+from aot_tune.manifest.writing import flow_mapping, kernels_is_last
 
 #: What an unfilled placeholder reads as: not a ``module:attr``, so loading stops there.
 PLACEHOLDER = "FILL_IN"
@@ -76,7 +76,7 @@ def adopt(ref: str, root: str | os.PathLike = ".") -> Adoption:
                             for i, c in enumerate(tuner.configs)])
     name = _entry_name(tuner)
     configs = (f"    configs: {module_name}:{configs_name}\n" if configs_name else
-               "    configs:\n" + "".join(f"      - {_flow(c)}\n" for c in dicts))
+               "    configs:\n" + "".join(f"      - {flow_mapping(c)}\n" for c in dicts))
     keys = ", ".join(tuner.keys)
     launch = _launch_lines(module, attr, name, root)
     entry = (f"  {name}:\n"
@@ -84,7 +84,7 @@ def adopt(ref: str, root: str | os.PathLike = ".") -> Adoption:
              f"{launch[0]}"
              f"    key: [{keys}]\n"
              f"{configs}"
-             f"    default_config: {_flow(dicts[0])}\n"
+             f"    default_config: {flow_mapping(dicts[0])}\n"
              f"    shapes:\n"
              f"      - {{{', '.join(f'{k}: {PLACEHOLDER}' for k in tuner.keys)}}}\n")
     return Adoption(name, entry, launch[1])
@@ -145,8 +145,7 @@ def write_entry(manifest: str | os.PathLike, name: str, entry: str) -> None:
         path.write_text("version: 1\nkernels:\n" + entry, encoding="utf-8")
         return
     text = path.read_text(encoding="utf-8")
-    top = [line for line in text.splitlines() if re.match(r"[^\s#]", line)]
-    if not top or not top[-1].startswith("kernels:"):
+    if not kernels_is_last(text):
         raise TuneError(f"{path}: 'kernels:' is not the last top-level key, so the entry cannot be appended; "
                         f"fix: move 'kernels:' to the end of the file, or paste the entry by hand")
     if re.search(rf"^  {re.escape(name)}:", text, re.MULTILINE):
@@ -174,17 +173,3 @@ def _entry_name(tuner: Any) -> str:
         fn = fn.fn
     name = re.sub(r"[^a-z0-9_]", "_", getattr(fn, "__name__", "kernel").lower())
     return name if re.match(r"[a-z_]", name) else f"_{name}"
-
-
-def _flow(config: dict) -> str:
-    """A config as a YAML flow mapping: names are identifiers, and a JSON scalar is a YAML one."""
-    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in config.items()) + "}"
-
-
-def _scalar(value: Any) -> str:
-    """YAML 1.1 reads a float only with a dot (``1e-05`` would be a string): ``1.0e-05``."""
-    text = json.dumps(value)
-    if isinstance(value, float) and "e" in text and "." not in text:
-        mantissa, _, exponent = text.partition("e")
-        text = f"{mantissa}.0e{exponent if exponent[0] in '+-' else '+' + exponent}"
-    return text

@@ -20,6 +20,7 @@ from aot_tune.dtypes import canonical
 from aot_tune.errors import TuneError
 from aot_tune.fileio import write_atomic
 from aot_tune.manifest import KernelSpec, load_manifest
+from aot_tune.manifest.writing import flow_mapping, kernels_is_last
 from aot_tune.record.recording import (DTYPES_DIM, LAUNCH_DIM, RECORDINGS, REPLAY, RecordedKernel, RecordedLaunch,
                                        read_recording, recording_path, write_recording)
 from aot_tune.runtime.autotuners import dtype_code
@@ -133,7 +134,7 @@ def fold(manifest: str | os.PathLike, kernels: list[RecordedKernel], target: str
             kept = replace(new, launches={lid: launches[lid] for lid in fresh})
             merged = old.merged(kept) if old is not None else kept
             recordings.append((file, merged))
-            shapes_for[name].extend(_flow(shape) for shape in fresh.values())
+            shapes_for[name].extend(flow_mapping(shape) for shape in fresh.values())
             folded.added[name] = len(fresh)
             if name not in names and name not in folded.created:
                 names.add(name)
@@ -206,19 +207,6 @@ def _key_value(value) -> bool:
     return isinstance(value, str) and bool(KEY_LABEL.fullmatch(value))
 
 
-def _flow(mapping: dict) -> str:
-    """A mapping as a YAML flow mapping of identifiers to JSON scalars (a JSON scalar is a YAML one)."""
-    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in mapping.items()) + "}"
-
-
-def _scalar(value) -> str:
-    text = json.dumps(value, allow_nan=False)
-    if isinstance(value, float) and "e" in text and "." not in text:  # YAML 1.1 reads 1e-05 as a string
-        mantissa, _, exponent = text.partition("e")
-        text = f"{mantissa}.0e{exponent if exponent[0] in '+-' else '+' + exponent}"
-    return text
-
-
 def _entry_text(name: str, kernel: RecordedKernel, key_dims: tuple[str, ...], dtype: str) -> str:
     lines = [f"  {name}:",
              f"    # recorded by `aot_tune record` ({RECORDINGS}/{name}.json): the decorator's configs and key,",
@@ -230,7 +218,7 @@ def _entry_text(name: str, kernel: RecordedKernel, key_dims: tuple[str, ...], dt
              f"    key: [{', '.join((*key_dims, DTYPES_DIM))}]",
              f"    dtypes: [{dtype}]",
              "    configs:"]
-    lines += [f"      - {_flow(config)}" for config in kernel.configs]
+    lines += [f"      - {flow_mapping(config)}" for config in kernel.configs]
     lines.append("    shapes:")
     return "\n".join(lines) + "\n"
 
@@ -249,8 +237,7 @@ def _with_shapes(text: str, path: Path, specs: tuple[KernelSpec, ...], shapes_fo
         lines[at:at] = new
     text = "".join(lines)
     if appended:
-        top = [line for line in text.splitlines() if re.match(r"[^\s#]", line)]
-        if not top or not top[-1].startswith("kernels:"):
+        if not kernels_is_last(text):
             raise TuneError(f"{path}: 'kernels:' is not the last top-level key, so recorded entries cannot be "
                             f"appended; fix: move 'kernels:' to the end of the file")
         text = text + ("" if text.endswith("\n") else "\n")

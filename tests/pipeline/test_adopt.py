@@ -18,7 +18,8 @@ import tunerun
 import yaml
 from tunerun import subprocess_env
 
-from aot_tune.adopt import PLACEHOLDER, _flow, starting_entry, write_entry
+from aot_tune.adopt import PLACEHOLDER, starting_entry, write_entry
+from aot_tune.manifest.writing import flow_mapping
 from aot_tune.errors import ManifestError, TuneError
 from aot_tune.manifest import load_manifest
 
@@ -120,8 +121,8 @@ def test_a_list_written_inside_the_decorator_is_inlined(tmp_path, monkeypatch):
     _, entry = starting_entry("adopt_lib_b.rms:_rms_scale_kernel")
     assert ("    configs:\n      - {BLOCK_SIZE: 16, num_warps: 1, num_stages: 3, num_ctas: 2}\n"
             "      - {BLOCK_SIZE: 32, num_warps: 1, num_stages: 3, num_ctas: 1}\n") in entry
-    assert _flow({"EPS": 1e-05, "SCALE": 2.5, "MODE": "fast"}) == '{EPS: 1.0e-05, SCALE: 2.5, MODE: "fast"}'
-    assert yaml.safe_load(_flow({"EPS": 1e-05, "BIG": 1e20})) == {"EPS": 1e-05, "BIG": 1e20}
+    assert flow_mapping({"EPS": 1e-05, "SCALE": 2.5, "MODE": "fast"}) == '{EPS: 1.0e-05, SCALE: 2.5, MODE: "fast"}'
+    assert yaml.safe_load(flow_mapping({"EPS": 1e-05, "BIG": 1e20})) == {"EPS": 1e-05, "BIG": 1e20}
     with pytest.raises(TuneError, match="is not a @triton.autotune kernel"):
         starting_entry("adopt_lib_b.rms:rms_scale")
 
