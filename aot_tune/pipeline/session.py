@@ -39,6 +39,9 @@ class TuneSession:
         self.benches = Benches(plan, executors, self.staleness, self.compiles, self.stats)
         self.tables = Tables(plan, self.staleness)
         self.forecast: Forecast | None = None  # the run's prediction, made before it started (None: a no-op)
+        executors.device_imports = tuple((str(plan.manifest.root), ref) for kp in plan.kernels
+                                         for ref in (kp.spec.kernel, kp.spec.launch, kp.spec.inputs, kp.spec.reference)
+                                         if ref)
 
     @property
     def progress(self) -> dict[str, Progress]:
@@ -54,7 +57,11 @@ class TuneSession:
         self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes)
 
     def specialize(self) -> None:
-        """Part of planning (aot_tune.pipeline.specializing), before doit gets the tasks."""
+        """Part of planning (aot_tune.pipeline.specializing), before doit gets the tasks. Where a
+        bench is stale, the device workers start first: their start-up (CUDA, the kernels' imports)
+        then overlaps the captures and the compiles rather than the first bench."""
+        if any(not self.staleness.bench_done(kp, u) for kp in self.plan.kernels for u in kp.bench_units):
+            self.executors.devices.start()
         specializing.capture(self.plan, self.staleness, self.executors, self.stats)
 
     def start_workers(self) -> None:

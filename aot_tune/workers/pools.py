@@ -96,6 +96,9 @@ class Executors:
         self._compiles_started = False
         self._closed = False
         self._lock = threading.Lock()
+        #: (manifest folder, ``module:attr``) the local device workers import while they start
+        #: (aot_tune.bench.local.pool.DevicePool.imports); set before the devices are first used.
+        self.device_imports: tuple[tuple[str, str], ...] = ()
 
     def _pool(self) -> cf.ProcessPoolExecutor:
         context = forking.context()  # the first call in a process waits for the fork server's first worker
@@ -246,7 +249,8 @@ class Executors:
             return self._cluster
         with self._lock:
             if self._device_pool is None:
-                self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir)
+                self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir,
+                                               imports=self.device_imports)
             return self._device_pool
 
     def close(self) -> None:

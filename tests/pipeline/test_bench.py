@@ -175,3 +175,21 @@ def test_the_pass_profile_charges_idle_gaps_to_the_innermost_host_step():
     charged = tool.charge_gaps([(0.0, 12.0), (20.0, 25.0)], tool.innermost_segments(steps), (0.0, 40.0))
     assert charged == {0: 2.0 + 2.0 + 5.0, 1: 4.0, 2: 2.0, None: 2.0 + 6.0}
     assert tool.by_label(steps, charged) == {"outer": [9.0], "inner": [4.0, 2.0], "between steps": [8.0]}
+
+
+def test_device_workers_import_the_kernels_modules_before_they_are_up(tmp_path):
+    """A library's import (seconds) is paid while the worker starts, overlapping the compiles,
+    not in the first batch; an import that fails leaves the worker up (its batch reports it)."""
+    (tmp_path / "imported_ahead.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(__file__).with_name('imported-by').write_text(str(os.getpid()))\n"
+        "def launch(): pass\n")
+    imports = [(str(tmp_path), "imported_ahead:launch"), (str(tmp_path), "no_such_module:launch")]
+    devices = DevicePool("interpreter", 1, str(tmp_path / "triton-cache"), imports=imports)
+    try:
+        with devices.lease() as lease:
+            lease.ready()
+            worker_pid = devices.worker(lease.index).process.pid
+            assert (tmp_path / "imported-by").read_text() == str(worker_pid)
+    finally:
+        devices.close()

@@ -171,9 +171,14 @@ class LocalLease(DeviceLease):
 class DevicePool(Runner):
     """Device workers for one backend: ``cuda`` (one per visible GPU) or ``interpreter`` (one)."""
 
-    def __init__(self, backend: str, device_count: int, triton_cache_dir: str) -> None:
+    def __init__(self, backend: str, device_count: int, triton_cache_dir: str,
+                 imports: Sequence[tuple[str, str]] = ()) -> None:
         self.backend = backend
         self.triton_cache_dir = triton_cache_dir
+        #: (manifest folder, ``module:attr``) each worker imports while it starts, before it says it
+        #: is up: a library's import (seconds: fla's is 4-7 s on an H100 host) overlaps the compiles
+        #: instead of holding up the first batch with the device idle.
+        self.imports = tuple(imports)
         self._workers: dict[int, _Worker] = {}
         # Leases are granted in the order they were asked for, except that a device goes first to
         # a lease whose shape its worker built ahead (``next_for``).
@@ -275,7 +280,8 @@ class DevicePool(Runner):
         context = self._context or forking.context()
         parent, child = context.Pipe()
         process = context.Process(
-            target=worker_main, args=(child, self.backend, index, self.triton_cache_dir, forking.environment()),
+            target=worker_main, args=(child, self.backend, index, self.triton_cache_dir, forking.environment(),
+                                      self.imports),
             name=f"aot_tune-{self.backend}-{index}", daemon=True,
         )
         process.start()

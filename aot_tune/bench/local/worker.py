@@ -7,19 +7,23 @@ which has; see aot_tune.bench.local.pool) and caches the inputs of the current s
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from collections import Counter
 from multiprocessing.connection import Connection
+from typing import Sequence
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
 
 
 def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str,
-                environ: dict[str, str] | None = None) -> None:
+                environ: dict[str, str] | None = None, imports: Sequence[tuple[str, str]] = ()) -> None:
     """Process entry point: set the environment before torch/triton load (or, forked from the fork
-    server, before the lazy reads of the knobs: aot_tune.workers.preload), then serve batches.
+    server, before the lazy reads of the knobs: aot_tune.workers.preload), import the kernels'
+    modules (``imports``: manifest folder and ``module:attr``; one that fails is left to the batch
+    that needs it, which reports it), then serve batches.
 
     A batch arrives as ``("batch", requests, next_request)``: requests for one (kernel, shape,
     dtype), and the first request of the shape the pool expects to send next (or None), whose
@@ -53,6 +57,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     from aot_tune.bench.engine.pipeline import context_usable, measure_configs
 
     info, device, clocks = _open_device(backend, device_index)
+    import_ahead(imports)
     conn.send(info)
     counter = triton_compat.CacheHitCounter()
     workloads = Workloads(device, info.l2_bytes)
@@ -63,7 +68,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
         in_flight = config_ids
         conn.send(("phase", config_ids, phase))
 
-    with counter.installed() if backend == "cuda" else _nothing():
+    with counter.installed() if backend == "cuda" else _nothing(), profiled(f"device{device_index}"):
         while True:
             message = conn.recv()
             if message is None:
@@ -98,6 +103,16 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     return
             seconds["batches"] = time.perf_counter() - began
             conn.send(("done", dict(seconds)))
+
+
+def import_ahead(imports: Sequence[tuple[str, str]]) -> None:
+    """Import what the benches will launch, before the worker is up: the first batch then finds it
+    imported. A failure here is not reported: the batch that needs the import raises it again."""
+    from aot_tune.build.loading import resolve
+
+    for root, ref in imports:
+        with contextlib.suppress(Exception):
+            resolve(root, ref)
 
 
 def workload_key(request: BenchRequest) -> tuple:
@@ -151,6 +166,31 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+#: A folder: each device worker profiles the batches it serves (cProfile) and writes
+#: ``<folder>/<device>-<pid>.pstats`` when the pool closes it (``python -m pstats`` reads it).
+PROFILE_ENV = "AOT_TUNE_PROFILE"
+
+
+@contextlib.contextmanager
+def profiled(name: str):
+    """The worker's batches under cProfile when ``AOT_TUNE_PROFILE`` names a folder: where a
+    slow bench's host time goes, which the run summary's split cannot say."""
+    folder = os.environ.get(PROFILE_ENV, "")
+    if not folder:
+        yield
+        return
+    import cProfile
+
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        os.makedirs(folder, exist_ok=True)
+        profile.dump_stats(os.path.join(folder, f"{name}-{os.getpid()}.pstats"))
 
 
 def _open_device(backend: str, device_index: int):
