@@ -12,6 +12,7 @@ from doit.cmd_base import TaskLoader2, opt_depfile
 from doit.exceptions import InvalidDodoFile, TaskFailed
 from doit.loader import generate_tasks
 
+from aot_tune import forking
 from aot_tune.bench.local.detect import detect
 from aot_tune.build.deadline import CompileDeadline
 from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_compile_deadline, opt_executor,
@@ -180,7 +181,8 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {note}")
             for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
-            if may_have_work(plan, staleness):  # a no-op run predicts nothing
+            if may_have_work(plan, staleness):  # a no-op run predicts nothing, and starts no worker
+                forking.start_server()  # its imports (seconds) overlap the forecast and the captures' set-up
                 predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline)
                 self.session.forecast = None if predicted.idle else predicted
             try:
