@@ -53,9 +53,9 @@ from typing import Iterable, Sequence
 ROOT = Path(__file__).resolve().parents[2]
 ORACLE_H200 = ROOT / "tools" / "studies" / "oracle" / "gemm-paper-h200.tuning.pb.xz"
 
-#: The device workers' start-up in a bench-only run: 9.7, 8.9 and 8.9 s on 1, 2 and 4 GPUs (4 x
+#: The device workers' start-up in a bench-only run: 9.7, 8.9 and 8.9 s on 1, 2 and 4 GPUs (4x
 #: H200 host, 2026-11-26, bench_scaling's stage less its part after the workers were up); 9.1 and
-#: 7.4 s on 1 and 2 GPUs (2 x H200 host, 2026-11-22 15:48).
+#: 7.4 s on 1 and 2 GPUs (2x H200 host, 2026-11-22 15:48).
 STARTUP_S = 9.0
 #: A fresh worker's first shape costs more than its later ones: the first GEMM shape of each
 #: oracle's second slice against that slice's median, 7.36 against 6.81 s (H200) and 7.40 against
@@ -65,7 +65,7 @@ FIRST_USE_S = 0.55
 #: A task of the row kernels (10 configs and the vendor) held its device 325 ms, all in: 29.5 ms a
 #: measurement (H100 host, 2026-11-24, tools.bench.small_tasks).
 ROW_MEASUREMENT_S = 0.0295
-#: Dask over the local pool on one host (bench_distributed, 2 x H200, 2026-11-22 09:34, 23 tasks):
+#: Dask over the local pool on one host (bench_distributed, 2x H200 host, 2026-11-22 09:34, 23 tasks):
 #: +1.0 s on 1 GPU (0.043 s a task) and +1.1 s on 2 (0.096 s a task of each GPU's share). The
 #: larger; both are within the run-to-run spread of the stage (about 1 s).
 DASK_TASK_S = 0.096
@@ -327,7 +327,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "(the paper's whole benchmark); 'none' to leave it out")
     parser.add_argument("--device", default="h200", help="the device model whose records come first")
     parser.add_argument("--kernels", nargs="*", help="the manifest's kernels [default: the measured runs' or all]")
-    parser.add_argument("--measured", type=Path, help="bench_scaling --save JSON [default: issue #41's 4 x H200 runs]")
+    parser.add_argument("--measured", type=Path,
+                        help="bench_scaling --save JSON [default: issue #41's 4x H200 host runs]")
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hosts", nargs="*", default=["2x8"], help="HOSTSxGPUS, on a Dask cluster")
     parser.add_argument("--startup-s", type=float, default=STARTUP_S)
@@ -351,7 +352,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     tasks = manifest_tasks(args.manifest, caches, args.device, args.kernels or measured.get("kernels") or ())
     fitted, fitted_on = fit(tasks, measured, costs)
     for name, c in fitted.items():
-        print(f"# {name}: scale {c.scale:.3f}, first use {c.first_use_s:.2f} s, slowdown {c.slowdown:.2%} a further device")
+        print(f"# {name}: scale {c.scale:.3f}, first use {c.first_use_s:.2f} s, "
+              f"slowdown {c.slowdown:.2%} a further device")
     print()
     out: dict = {"costs": asdict(costs), "fitted": {n: asdict(c) for n, c in fitted.items()}}
     text, out["manifest"] = workload_table(f"{args.manifest.name} on {args.device}", tasks, counts,
