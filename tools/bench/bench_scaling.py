@@ -11,14 +11,17 @@ summary (first bench task's start to last one's end), in all and counted from wh
 workers were up (in a full run they start while the compiles run, so their start-up of a few
 seconds is hidden there; in these bench-only runs it is not), with speedups over the smallest
 count and efficiency (speedup / GPUs). `--keep DIR` copies the generated/ folder of the widest
-run to DIR. Runs where doit is importable (pass its wheel on
-PYTHONPATH on a machine without it).
+run to DIR: its caches hold each measurement's seconds, the per-shape costs that
+tools.bench.scaling_model schedules. `--save FILE` writes the timings as JSON, which
+`python3 -m tools.bench.scaling_model --measured FILE` checks its predictions against. Runs
+where doit is importable (pass its wheel on PYTHONPATH on a machine without it).
 
-Usage: python3 -m tools.bench.bench_scaling --gpus 1 2 [--kernels gemm softmax]
+Usage: python3 -m tools.bench.bench_scaling --gpus 1 2 [--kernels gemm softmax] [--save FILE]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -64,12 +67,15 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--kernels", nargs="*", default=[])
     parser.add_argument("--keep", type=Path, help="copy the widest run's generated/ here")
+    parser.add_argument("--save", type=Path, help="write the timings here as JSON (tools.bench.scaling_model reads it)")
     args = parser.parse_args()
     import torch
 
-    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {torch.cuda.device_count()} x "
-          f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores")
-    print(f"# python3 -m tools.bench.bench_scaling {' '.join(sys.argv[1:])}")
+    began = datetime.now(timezone.utc)
+    device = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    command = f"python3 -m tools.bench.bench_scaling {' '.join(sys.argv[1:])}"
+    print(f"# {began:%Y-%m-%d %H:%M} UTC, {device}, {os.cpu_count()} CPU cores")
+    print(f"# {command}")
     with tempfile.TemporaryDirectory() as scratch:
         base = fresh_project(Path(scratch) / "compiled")
         print("compile everything once (and bench on 1 GPU):", flush=True)
@@ -89,6 +95,13 @@ def main() -> None:
         speedups = [walls[first][i] / value * first for i, value in ((1, stage), (2, after_up))]
         print(f"| {gpus} | {wall:.1f} s | {stage:.1f} s | {after_up:.1f} s | {speedups[0]:.2f}x, {speedups[1]:.2f}x "
               f"| {speedups[0] / gpus:.0%}, {speedups[1] / gpus:.0%} |")
+    if args.save:
+        args.save.write_text(json.dumps({
+            "date": f"{began:%Y-%m-%d %H:%M} UTC", "device": device, "cpu_cores": os.cpu_count(), "command": command,
+            "kernels": args.kernels,
+            "runs": [{"gpus": gpus, "wall_s": round(wall, 2), "stage_s": round(stage, 2), "after_up_s": round(after_up, 2)}
+                     for gpus, (wall, stage, after_up) in sorted(walls.items())],
+        }, indent=1) + "\n")
 
 
 if __name__ == "__main__":
