@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
-from aot_tune.build.compile import (CompileRecord, CompileRequest, compile_time_estimate, read_compile_result,
-                                    recorded_compile_seconds)
+from aot_tune.build.compile import CompileRecord, CompileRequest, read_compile_result
 from aot_tune.build.specialize import launch_key
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.fileio import write_atomic
-from aot_tune.pipeline.compile_queue import CompileQueue
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims
@@ -31,7 +30,7 @@ class Compiles:
         self.claims = CompileClaims()
         self.stragglers = Stragglers()  # compiles in flight, and the benches' verdicts on the slow ones
         self._results: dict[str, object] = {}  # compile unit -> its landed result (see result)
-        self._driver: CompileQueue | None = None  # runs the queued compiles (see queue)
+        self._driver: ThreadPoolExecutor | None = None  # runs the queued compiles (see queue)
         self._driver_lock = threading.Lock()
 
     def queue(self, kp: KernelPlan, unit: CompileUnit) -> None:
@@ -39,10 +38,8 @@ class Compiles:
         reaches the bench tasks, which stream behind the compiles (aot_tune.pipeline.streaming)."""
         with self._driver_lock:
             if self._driver is None:
-                self._driver = CompileQueue(self.executors.compile_jobs)
-        driver = self._driver
-        self.claims.schedule(unit.name, lambda: self.run(kp, unit), lambda job: driver.put(
-            job, (kp.spec.name, unit.target), _estimate(kp, unit), recorded_compile_seconds(unit.output)))
+                self._driver = ThreadPoolExecutor(self.executors.compile_jobs, thread_name_prefix="aot_tune-compile")
+        self.claims.schedule(unit.name, lambda: self.run(kp, unit), self._driver)
 
     def run_once(self, kp: KernelPlan, unit: CompileUnit) -> None:
         """Compile now, unless it was queued or run before: then wait until it ended."""
@@ -60,13 +57,13 @@ class Compiles:
         planned. Returns what any of them raised (one line), or ""."""
         if self._driver is None:
             return ""
-        self._driver.finish()
+        self._driver.shutdown(wait=True)
         return self.claims.failures(self.claims.errors)
 
     def stop(self) -> None:
         """Drop the queued compiles no bench waited for (a run cut short); the running ones end with the pool."""
         if self._driver is not None:
-            self._driver.stop()
+            self._driver.shutdown(wait=False, cancel_futures=True)
 
     def run(self, kp: KernelPlan, unit: CompileUnit, on_demand: bool = False) -> None:
         """Compile ``unit`` and write its record; ``on_demand``: for a search that reached its config."""
@@ -84,8 +81,6 @@ class Compiles:
         self.stragglers.compile_started(unit.name)
         result = self.executors.compile(request, unit.config.id, may_win=lambda: self._may_win(kp, unit))
         self.stragglers.compile_ended(unit.name, spec.name, unit.target, result.seconds if result.valid else None)
-        if self._driver is not None:
-            self._driver.learn((spec.name, unit.target), _estimate(kp, unit), result.seconds)
         stats.seconds["compile"] += time.perf_counter() - start
         stats.seconds["compiling"] += result.seconds  # the compiles themselves, without the workers' start-up
         if result.status == "ok":
@@ -148,8 +143,3 @@ class Compiles:
             return ()
         results = (self.result(c) for c in kp.compiles_for(unit, config, (device.target,)))
         return tuple(sorted({h for r in results if r is not None for h in r.specializations}))
-
-
-def _estimate(kp: KernelPlan, unit: CompileUnit) -> float:
-    """The compile's relative cost among its kernel's configs (what the compile queue ranks by)."""
-    return compile_time_estimate(unit.config.as_dict(), kp.spec.compile_cost)[0]
