@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
+from aot_tune.build import loading
 from aot_tune.errors import StageFailure
 from aot_tune.pipeline import specializing
 from aot_tune.pipeline.benching import Benches
@@ -39,6 +40,7 @@ class TuneSession:
         self.benches = Benches(plan, executors, self.staleness, self.compiles, self.stats)
         self.tables = Tables(plan, self.staleness)
         self.forecast: Forecast | None = None  # the run's prediction, made before it started (None: a no-op)
+        self._imported_before = loading.IMPORTED["seconds"]  # this process's imports of project modules
 
     @property
     def progress(self) -> dict[str, Progress]:
@@ -105,4 +107,9 @@ class TuneSession:
         stats.fork_server_ready_at = forking.ready_at
         if self.forecast is not None:
             stats.predicted_s, stats.predicted = self.forecast.predicted_s, self.forecast.parts()
+            stats.estimates = dict(self.forecast.estimates)
+        stats.toolchain = f"triton {self.plan.toolchain.triton}, torch {self.plan.toolchain.torch}"
+        main_imports = loading.IMPORTED["seconds"] - self._imported_before
+        if main_imports > 0:
+            stats.seconds["main imports"] += main_imports
         return stats
