@@ -2,10 +2,11 @@
 or device worker; the tuning process itself when an exporter is the project's own), estimated from
 their source without importing anything, for the forecast (aot_tune.pipeline.forecast).
 
-A kernel library's import is mostly not its size: fla-core's l2norm module reaches 2.9 MB of fla's
-source, which Python compiles in under a second, but its 400 ``@triton.jit`` functions each have
-their source read and tokenized by Triton (2.4 s), and seven ``torch.compile`` calls at import
-load torch's inductor (2 s). So the walk (module-level imports, followed through every module the
+A kernel library's import is mostly not its size: fla-core's l2norm module reaches 2.8 MB of fla's
+source, which Python compiles in under a second, but Triton reads and tokenizes the source of each
+of its 400 ``@triton.jit`` functions, and seven ``torch.compile`` calls at import load torch's
+inductor: 3.2 s in a worker of a quiet 2-core CPU, about 1.4 s of it Triton reading the jitted
+functions, 1.2 s the inductor and 0.4 s compiling the source. So the walk (module-level imports, followed through every module the
 references reach outside the standard library, torch, triton and aot_tune, which the workers have
 before they load a kernel) counts: modules, bytes compiled from source and read from a fresh
 bytecode cache, the bytes of Triton-jitted functions, and whether ``torch.compile`` runs at
@@ -22,16 +23,19 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-#: Seconds per unit on a 2-core CPU VM (fork server start-up 4-5 s), none of them measured on a
-#: kernel library: compiling source (sympy, networkx and a generated module: 0.15-0.53 s a MB),
-#: reading bytecode (sympy: 0.06 s a MB), a jitted function (Triton reads and tokenizes its
-#: source: generated functions of 1.1 and 4.6 KB took 3.7 and 11.6 ms, so 1.1 ms each and 2.3 s a
-#: MB), the first ``torch.compile`` (it imports torch._inductor: 2.0 s), and each module's finding.
-SOURCE_S_PER_MB = 0.3
+#: Seconds per unit on a 2-core CPU VM, in a process after the fork server's imports
+#: (aot_tune.workers.preload), as a worker loads a kernel; none of them measured on a kernel
+#: library: compiling source (sympy, networkx, hypothesis, jinja2 without bytecode: 0.18-0.33 s a
+#: MB), reading bytecode (sympy: 0.06 s a MB), a jitted function (Triton reads and tokenizes its
+#: source: generated functions of 1.1 and 4.6 KB took 1.9 and 6.3 ms, so 0.4 ms each and 1.3 s a
+#: MB), the first ``torch.compile`` (it imports torch's inductor: 1.1-1.2 s), and each module's
+#: finding. A loaded machine takes longer: the machine's history scales the estimate
+#: (aot_tune.pipeline.calibration).
+SOURCE_S_PER_MB = 0.25
 CACHED_S_PER_MB = 0.06
-JIT_S = 0.0011
-JIT_S_PER_MB = 2.3
-TORCH_COMPILE_S = 2.0
+JIT_S = 0.0004
+JIT_S_PER_MB = 1.3
+TORCH_COMPILE_S = 1.15
 MODULE_S = 0.0003
 #: Packages a worker holds before it loads a kernel (the fork server's imports: torch, triton and
 #: what they import), never walked.
