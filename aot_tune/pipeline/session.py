@@ -18,7 +18,7 @@ from aot_tune.pipeline.compiling import Compiles
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.runs.progress import Progress
+from aot_tune.runs.progress import Progress, RunClock
 from aot_tune.runs.stats import RunStats
 from aot_tune import forking
 from aot_tune.workers.pools import Executors
@@ -41,6 +41,7 @@ class TuneSession:
         self.tables = Tables(plan, self.staleness)
         self.forecast: Forecast | None = None  # the run's prediction, made before it started (None: a no-op)
         self._imported_before = loading.IMPORTED["seconds"]  # this process's imports of project modules
+        self._clock: RunClock | None = None  # the run's estimate of what is left, from the forecast
 
     @property
     def progress(self) -> dict[str, Progress]:
@@ -53,7 +54,9 @@ class TuneSession:
         if self.forecast is not None:
             expected = {u.name: s for u in units if (s := self.forecast.task_seconds(u)) is not None}
         lanes = self.executors.compile_jobs if stage == "compile" else sum(d.count for d in self.plan.devices)
-        self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes)
+        if self.forecast is not None and self._clock is None:
+            self._clock = RunClock(self.forecast.bench_s, self.forecast.rest_s)
+        self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes, run=self._clock)
 
     def specialize(self) -> None:
         """Part of planning (aot_tune.pipeline.specializing), before doit gets the tasks."""

@@ -1,10 +1,19 @@
-"""Progress lines for long stages: done/total, elapsed and an estimate of what is left; and
-``eprint``, the run's other lines, on the real stderr like them (doit captures ``sys.stderr``).
+"""Progress lines for long stages: done/total, elapsed and an estimate of what is left, of the
+stage and of the whole run; and ``eprint``, the run's other lines, on the real stderr like them
+(doit captures ``sys.stderr``).
 
-With the run's prediction (aot_tune.pipeline.forecast) the estimate is the predicted seconds of
-the tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long the
-finished tasks took against their prediction: a bench stage whose first tasks waited for
-compiles no longer reads as slow. Without one it is elapsed / done x left.
+With the run's prediction (aot_tune.pipeline.forecast) a stage's estimate is the predicted seconds
+of its tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long
+its finished tasks took against their prediction (``Progress.scale``: the first task of each lane
+is left out once more have finished, since a worker's first compile also warms Triton up): a
+bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
+compiles twice as slow as predicted reads so after its first compiles. Without one it is
+elapsed / done x left.
+
+The run's estimate (``RunClock``) follows the stages as they overlap: while compiles are left,
+the compile stage's estimate, then what the benches were predicted to add after the last compile
+(scaled as the bench stage's finished tasks tell), then the rest (merge, generate, the exporters'
+imports: as predicted); once the compiles are done, the bench stage's estimate and the rest.
 """
 from __future__ import annotations
 
@@ -18,10 +27,11 @@ MIN_INTERVAL_S = 2.0
 
 class Progress:
     """Thread-safe; prints at most every MIN_INTERVAL_S seconds, and always the last step.
-    ``expected``: the predicted seconds of each of the stage's tasks (by name), run ``lanes`` at a time."""
+    ``expected``: the predicted seconds of each of the stage's tasks (by name), run ``lanes`` at a
+    time; ``run``: the run's clock, whose estimate the line adds."""
 
     def __init__(self, stage: str, total: int, stream=None, expected: Mapping[str, float] | None = None,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, run: "RunClock | None" = None) -> None:
         self.stage = stage
         self.total = total
         self.done = 0
@@ -31,7 +41,10 @@ class Progress:
         self._lock = threading.Lock()
         self._expected = dict(expected or {})
         self._lanes = max(1, lanes)
-        self._took: dict[str, float] = {}  # finished tasks with a prediction -> their seconds
+        self._took: dict[str, float] = {}  # finished tasks with a prediction -> their seconds, in order
+        self.run = run
+        if run is not None:
+            run.stages[stage] = self
 
     def advance(self, note: str = "", task: str = "", seconds: float | None = None) -> None:
         """One task done; ``task`` and the ``seconds`` it took (its own, not its waits) tell the estimate."""
@@ -52,17 +65,56 @@ class Progress:
         text = f"[{self.stage}] {self.done}/{self.total} done, {_duration(elapsed)} elapsed"
         if 0 < self.done < self.total:
             text += f", about {_duration(self.left_s(elapsed))} left"
+            run = self.run.left_s() if self.run is not None else None
+            if run is not None:
+                text += f" (the run: about {_duration(run)})"
         return f"{text}  {note}" if note else text
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+    def left_now(self) -> float:
+        return self.left_s(time.monotonic() - self._start)
+
+    def scale(self) -> float:
+        """How long the finished tasks took against their prediction: their seconds over their
+        predicted seconds, without each lane's first task once more than two a lane finished."""
+        took = list(self._took.copy().items())  # another stage's line reads it too, without its lock
+        if len(took) > 2 * self._lanes:
+            took = took[self._lanes:]
+        predicted = sum(self._expected[task] for task, _ in took)
+        spent = sum(seconds for _, seconds in took)
+        return spent / predicted if predicted > 0 and spent > 0 else 1.0
 
     def left_s(self, elapsed: float) -> float:
         """The estimate of the seconds left (see the module doc)."""
-        left = [s for task, s in self._expected.items() if task not in self._took]
+        took = self._took.copy()
+        left = [s for task, s in self._expected.items() if task not in took]
         if not self._expected or not left:
             return elapsed / max(self.done, 1) * (self.total - self.done)
-        predicted = sum(self._expected[task] for task in self._took)
-        took = sum(self._took.values())
-        scale = took / predicted if predicted > 0 and took > 0 else 1.0
-        return max(sum(left) / self._lanes, max(left)) * scale
+        return max(sum(left) / self._lanes, max(left)) * self.scale()
+
+
+class RunClock:
+    """The run's estimate of its seconds left, from its stages' ``Progress`` and its prediction:
+    ``bench_after_s`` what the benches add after the last compile, ``rest_s`` the merge, generate
+    and the rest (aot_tune.pipeline.forecast's parts)."""
+
+    def __init__(self, bench_after_s: float, rest_s: float) -> None:
+        self.bench_after_s = bench_after_s
+        self.rest_s = rest_s
+        self.stages: dict[str, Progress] = {}
+
+    def left_s(self) -> float | None:
+        """None before any stage has a task to count."""
+        compiles, benches = self.stages.get("compile"), self.stages.get("bench")
+        bench_scale = benches.scale() if benches is not None else 1.0
+        if compiles is not None and compiles.total and not compiles.finished:
+            return compiles.left_now() + self.bench_after_s * bench_scale + self.rest_s
+        if benches is not None and benches.total and not benches.finished:
+            return benches.left_now() + self.rest_s
+        return None
 
 
 def _duration(seconds: float) -> str:

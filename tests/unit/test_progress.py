@@ -110,3 +110,55 @@ def test_without_a_prediction_for_the_tasks_left_the_estimate_is_elapsed_per_tas
     clock.now += 10.0
     p.advance(task="a", seconds=0.5)
     assert lines(stream) == ["[compile] 1/3 done, 10.0s elapsed, about 20.0s left"]
+
+
+def test_the_runs_estimate_converges_on_its_own_compiles(clock) -> None:
+    """100 compiles predicted at 0.35 s on 2 workers, then 3 s of benches after them and 4 s of
+    merge and the rest: the machine compiles at 0.7 s (twice the prediction), each worker's first
+    compile at 2.1 s. From 20% of the compiles on, the run's estimate is within 20% of what is left."""
+    stream = io.StringIO()
+    run = progress.RunClock(bench_after_s=3.0, rest_s=4.0)
+    compiles = Progress("compile", 100, stream=stream, expected={f"c{i}": 0.35 for i in range(100)}, lanes=2, run=run)
+    Progress("bench", 4, stream=stream, expected={f"b{i}": 0.5 for i in range(4)}, lanes=1, run=run)
+    lanes = [0.0, 0.0]  # when each worker is free
+    ends = []
+    for i in range(100):
+        lane = lanes.index(min(lanes))
+        took = 2.1 if i < 2 else 0.7
+        lanes[lane] += took
+        ends.append((lanes[lane], f"c{i}", took))
+    end_of_run = max(lanes) + 3.0 + 4.0
+    errors = []
+    for when, task, took in sorted(ends):
+        clock.now = 1000.0 + when
+        compiles.advance(task=task, seconds=took)
+        if compiles.done >= 20 and not compiles.finished:
+            errors.append(run.left_s() / (end_of_run - when) - 1)
+    assert errors and max(abs(e) for e in errors) < 0.2, (min(errors), max(errors))
+    assert "(the run: about " in lines(stream)[0]
+
+
+def test_once_the_compiles_are_done_the_run_waits_for_the_benches_and_the_rest(clock) -> None:
+    stream = io.StringIO()
+    run = progress.RunClock(bench_after_s=3.0, rest_s=4.0)
+    compiles = Progress("compile", 1, stream=stream, expected={"c": 1.0}, run=run)
+    benches = Progress("bench", 3, stream=stream, expected={"a": 2.0, "b": 2.0, "c": 2.0}, lanes=1, run=run)
+    assert run.left_s() == pytest.approx(1.0 + 3.0 + 4.0)  # nothing finished: as predicted
+    clock.now += 5.0
+    benches.advance(task="a", seconds=4.0)  # a bench took twice its prediction while compiles ran
+    assert run.left_s() == pytest.approx(1.0 + 2 * 3.0 + 4.0)
+    compiles.advance(task="c", seconds=1.0)
+    assert run.left_s() == pytest.approx(2 * 4.0 + 4.0)  # the two benches left, at the finished one's pace
+    benches.advance(task="b", seconds=4.0)
+    benches.advance(task="c", seconds=4.0)
+    assert run.left_s() is None  # the stages are done: no line asks
+
+
+def test_each_workers_first_task_is_left_out_of_the_pace_once_more_finished(clock) -> None:
+    p = Progress("compile", 10, stream=io.StringIO(), expected={f"c{i}": 1.0 for i in range(10)}, lanes=2)
+    p.advance(task="c0", seconds=3.0)
+    p.advance(task="c1", seconds=3.0)
+    assert p.scale() == 3.0  # all there is to go by
+    for i in range(2, 5):
+        p.advance(task=f"c{i}", seconds=1.0)
+    assert p.scale() == 1.0
