@@ -5,7 +5,8 @@ stage and of the whole run; and ``eprint``, the run's other lines, on the real s
 With the run's prediction (aot_tune.pipeline.forecast) a stage's estimate is the predicted seconds
 of its tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long
 its finished tasks took against their prediction (``Progress.scale``: the first task of each lane
-is left out once more have finished, since a worker's first compile also warms Triton up): a
+is left out, since a worker's first compile also warms Triton up and a device's first bench
+imports the kernel's modules): a
 bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
 compiles twice as slow as predicted reads so after its first compiles. Without one it is
 elapsed / done x left.
@@ -79,10 +80,9 @@ class Progress:
 
     def scale(self) -> float:
         """How long the finished tasks took against their prediction: their seconds over their
-        predicted seconds, without each lane's first task once more than two a lane finished."""
-        took = list(self._took.copy().items())  # another stage's line reads it too, without its lock
-        if len(took) > 2 * self._lanes:
-            took = took[self._lanes:]
+        predicted seconds, without each lane's first task (a worker's first compile warms Triton
+        up, a device's first bench imports the kernel's modules); 1 until others finished."""
+        took = list(self._took.copy().items())[self._lanes:]  # another stage's line reads it too, unlocked
         predicted = sum(self._expected[task] for task, _ in took)
         spent = sum(seconds for _, seconds in took)
         return spent / predicted if predicted > 0 and spent > 0 else 1.0
