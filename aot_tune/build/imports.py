@@ -216,3 +216,67 @@ def _imported(statement: str, package: str) -> list[str]:
     if found:
         return [part.split()[0] for part in found.group(1).split(",") if part.strip()]
     return []
+
+
+_DEF = re.compile(r"(\s*)(?:async\s+)?def\s+(\w+)\s*\(")
+_CALL = re.compile(r"\b(\w+)\s*\(")
+_DOCSTRING = re.compile(r'("""|\'\'\')(?:.|\n)*?\1')
+
+
+def kernel_bytes(root: str | os.PathLike, ref: str, path: Sequence[str] | None = None) -> int:
+    """The code Triton lowers for one compile of the jitted function ``ref`` (``module:function``):
+    its lines without comments, docstrings or blank lines, and those of the jitted functions of
+    its module it calls, followed through them. A compile's seconds follow it from kernel to
+    kernel (on a 2-core CPU: this repository's vector_add, softmax, rmsnorm and gemm, 0.4-1.6 KB,
+    took 0.10, 0.13, 0.19 and 0.66 s a compile, fla-core's l2norm, 0.8 KB, 0.25 s), where the
+    configs' estimates (aot_tune.build.compile.compile_time_estimate) only rank a kernel's own.
+    0 where the function is not found jitted in its module's source."""
+    module, _, name = ref.partition(":")
+    spec = _find(module, [str(root), *(sys.path if path is None else path)])
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return 0
+    try:
+        with open(spec.origin, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return 0
+    jitted = _jitted_functions(text)
+    seen, pending, size = set(), [name.split(".")[-1]], 0
+    while pending:
+        function = pending.pop()
+        if function in seen or function not in jitted:
+            continue
+        seen.add(function)
+        code = jitted[function]
+        size += len(code.encode("utf-8", errors="replace"))
+        pending.extend(set(_CALL.findall(code)) & set(jitted))
+    return size
+
+
+def _jitted_functions(text: str) -> dict[str, str]:
+    """Each Triton-jitted function of a module's source, by name: its code (see ``kernel_bytes``)."""
+    lines = text.splitlines()
+    found: dict[str, str] = {}
+    for i, line in enumerate(lines):
+        head = _DEF.match(line)
+        if head is None:
+            continue
+        above = i - 1
+        while above >= 0 and (lines[above].strip().startswith(("@", ")", "]", "}", "#")) or
+                              lines[above][:1] in (" ", "\t") and not _DEF.match(lines[above])):
+            if _JIT.match(lines[above].strip()):
+                break
+            above -= 1
+        if above < 0 or not _JIT.match(lines[above].strip()):
+            continue
+        indent = len(head.group(1))
+        body = [line]
+        for following in lines[i + 1:]:
+            if following.strip() and len(following) - len(following.lstrip()) <= indent and \
+                    not following.strip().startswith((")", "]", "}")):
+                break
+            body.append(following)
+        code = _DOCSTRING.sub("", "\n".join(body))
+        found[head.group(2)] = "\n".join(s.rstrip() for s in code.splitlines()
+                                         if s.strip() and not s.strip().startswith("#"))
+    return found

@@ -43,12 +43,14 @@ MACHINE_RUNS = 10
 IMPORT_RATIO_FLOOR_S = 0.5
 
 #: What a logged run tells the model (``Calibration``'s fields that ``observed`` reads).
-CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "engine_s", "batch_s", "rest_s")
+CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "compile_s_per_kb", "engine_s", "batch_s", "rest_s")
 
 
 @dataclass(frozen=True)
 class Calibration:
     """The model's overheads from earlier runs on one backend; None where no run told.
+    ``compile_s_per_kb``: a compile's seconds per KB of the kernel's code (aot_tune.build.imports.
+    kernel_bytes), which tells a kernel never compiled here from the others' compiles;
     ``import_ratio``: how long this machine's imports of kernel modules took against the static
     estimate (aot_tune.build.imports); ``sources``: per field, where it came from."""
 
@@ -57,6 +59,7 @@ class Calibration:
     startup_s: float | None = None
     device_startup_s: float | None = None
     compile_s: float | None = None
+    compile_s_per_kb: float | None = None
     engine_s: float | None = None
     batch_s: float | None = None
     rest_s: float | None = None
@@ -71,7 +74,17 @@ class Calibration:
     def device_startup(self) -> float:
         return _known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
 
-    def compile(self) -> float:
+    def compile(self, kernel_kb: float = 0.0) -> float:
+        """A typical compile of a kernel of ``kernel_kb`` KB of code (0: not known), none of whose
+        configs is recorded: from this project's runs, per KB where they tell it, else per
+        compile; then likewise from the machine's history; else the default."""
+        for origin in ("project", "machine"):
+            if kernel_kb > 0 and self.compile_s_per_kb is not None and self.sources.get("compile_s_per_kb") == origin:
+                return self.compile_s_per_kb * kernel_kb
+            if self.compile_s is not None and self.sources.get("compile_s") == origin:
+                return self.compile_s
+        if kernel_kb > 0 and self.compile_s_per_kb is not None:  # a calibration made without sources
+            return self.compile_s_per_kb * kernel_kb
         return _known(self.compile_s, DEFAULT_COMPILE_S)
 
     def engine(self, settings: BenchSettings) -> float:
@@ -131,7 +144,8 @@ def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[History
 
 def observed(run: RunRecord) -> dict[str, float]:
     """What one logged run tells: the workers' start-up (``specialize start-up``), the device
-    workers' start-up, seconds per compile, a measurement's device seconds beyond its timed
+    workers' start-up, seconds per compile and per KB of the compiled kernels' code (the run's
+    ``compile_kb``: what the forecast took, over its compiles), a measurement's device seconds beyond its timed
     launches, a batch's own seconds (the device held outside the worker's batches, and their
     input sets, less the kernel modules' import the first one paid), the kernel modules' import
     in the workers (the specialize step beyond the start-up and the captures) against its estimate
@@ -157,6 +171,8 @@ def observed(run: RunRecord) -> dict[str, float]:
         compiled = sum(int(n) for n in run.compile.values())
         if compiled and seconds.get("compiling"):
             found["compile_s"] = seconds["compiling"] / compiled
+            if run.estimates.get("compile_kb"):
+                found["compile_s_per_kb"] = found["compile_s"] / float(run.estimates["compile_kb"])
         measured = sum(int(n) for k, n in run.bench.items() if k != "invalid") + \
             sum(int(n) for n in run.baselines.values())
         batches, inputs = seconds.get("device batches", 0.0), seconds.get("device inputs", 0.0)

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from aot_tune.build.compile import (CompileHistory, compile_time_estimate, expected_compile_seconds,
                                     read_compile_result, recorded_compile_seconds)
 from aot_tune.build.deadline import CompileDeadline
-from aot_tune.build.imports import import_cost
+from aot_tune.build.imports import import_cost, kernel_bytes
 from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
 from aot_tune.manifest import SearchSettings
@@ -111,6 +111,7 @@ class KernelWork:
     on_demand_candidates: int = 0  # compiles of those searches' candidates not compiled yet
     to_capture: int = 0
     devices: dict[str, DeviceWork] = field(default_factory=dict)
+    code_kb: float = 0.0  # the kernel's code (aot_tune.build.imports.kernel_bytes); 0: not found
 
 
 @dataclass
@@ -172,7 +173,7 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
     budgeted: dict[str, list[float]] = {}
     for kp in plan.kernels:
         history = CompileHistory(plan.work_dir / "compile" / kp.spec.name)
-        work = KernelWork(kp.spec.name, kp.targets)
+        work = KernelWork(kp.spec.name, kp.targets, code_kb=kernel_bytes(plan.manifest.root, kp.spec.kernel) / 1e3)
         result.kernels.append(work)
         earlier = _earlier_seconds(staleness, kp) if calibration.backend != "cuda" else {}
         candidates: dict[str, list[float]] = {}  # target -> the on-demand candidates' predicted seconds
@@ -231,8 +232,11 @@ def _imports(plan: Plan, staleness: Staleness, result: Forecast) -> None:
     result.import_s = calibration.imports(workers.seconds())
     if main is not None:
         result.main_import_s = calibration.imports(main.seconds()) + calibration.startup() * main.toolchain
+    compiling = [(k.code_kb, k.compiles_stale + k.on_demand) for k in result.kernels if k.compiles_stale + k.on_demand]
+    kb = {"compile_kb": sum(c * n for c, n in compiling) / sum(n for _, n in compiling)} \
+        if compiling and all(c > 0 for c, _ in compiling) else {}  # the compiles' mean, where every kernel's is known
     result.estimates = {"startup_s": calibration.startup(), "device_startup_s": calibration.device_startup(),
-                        "compile_s": calibration.compile(), "batch_s": calibration.batch(),
+                        "compile_s": calibration.compile(), **kb, "batch_s": calibration.batch(),
                         "rest_s": calibration.rest(), "import_s": workers.seconds(),
                         "import_calibrated_s": result.import_s, "main_import_s": result.main_import_s}
 
@@ -350,7 +354,7 @@ def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: CompileHisto
     found = {**on_demand, **stale}
     seconds = expected_compile_seconds(
         [compile_time_estimate(found[k][0].as_dict(), kp.spec.compile_cost) for k in keys],
-        [found[k][1] for k in keys], calibration.compile())
+        [found[k][1] for k in keys], calibration.compile(work.code_kb))
     caps = {target: deadline.seconds([s for k, s in zip(keys, seconds) if k[0] == target])
             for target in {k[0] for k in keys}}
     return [((k[0], k[2]), min(s, caps[k[0]]), k not in stale) for k, s in zip(keys, seconds)]

@@ -28,6 +28,34 @@ def k2(x_ptr,
        n):
     tl.store(x_ptr, n)
 '''
+TILES = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def helper(x):
+    # a comment
+    return x * 2
+
+
+@triton.jit
+def unused(x):
+    return x + 1
+
+
+def plain(x):
+    return x
+
+
+@triton.heuristics({"EVEN": lambda args: args["n"] % 2 == 0})
+@triton.jit(do_not_specialize=["n"])
+def tile(x_ptr, n, EVEN: tl.constexpr):
+    """Its docstring is no code."""
+
+    x = tl.load(x_ptr)
+    tl.store(x_ptr, helper(x) + plain(n))
+'''
 MODULES = {
     "lib/__init__.py": '"""A library.\n\nimport lib.fromdoc   (a docstring, not an import)\n"""\nfrom . import kernels\nimport json\n',
     "lib/kernels.py": "import triton\nimport triton.language as tl\nimport torch\n"
@@ -41,6 +69,7 @@ MODULES = {
     "lib/never.py": "import lib.nevernever\n",
     "lib/nevernever.py": "Z = 3\n",
     "lib/fromdoc.py": "W = 4\n",
+    "lib/tiles.py": TILES,
 }
 
 
@@ -90,3 +119,16 @@ def test_the_estimate_of_a_kernel_module_of_this_repository_is_small():
     root = Path(__file__).resolve().parents[2]
     cost = import_cost(root, ["kernels.rmsnorm"])
     assert cost.jit_functions >= 1 and not cost.torch_compile and cost.seconds() < 0.05
+
+
+def test_a_kernels_code_is_its_jitted_function_and_the_jitted_functions_it_calls(library):
+    code = {"helper": "def helper(x):\n    return x * 2",
+            "tile": "def tile(x_ptr, n, EVEN: tl.constexpr):\n    x = tl.load(x_ptr)\n"
+                    "    tl.store(x_ptr, helper(x) + plain(n))"}
+    assert imports.kernel_bytes(library, "lib.tiles:tile", path=[]) == len(code["tile"]) + len(code["helper"])
+    assert imports.kernel_bytes(library, "lib.tiles:helper", path=[]) == len(code["helper"])
+    assert imports.kernel_bytes(library, "lib.tiles:plain", path=[]) == 0  # not jitted
+    assert imports.kernel_bytes(library, "lib.nowhere:tile", path=[]) == 0
+    root = Path(__file__).resolve().parents[2]
+    sizes = [imports.kernel_bytes(root, f"kernels.{ref}") for ref in ("vector_add:add_kernel", "gemm:matmul_kernel")]
+    assert 0 < sizes[0] < sizes[1]  # a GEMM lowers more than an add
