@@ -9,8 +9,9 @@ Copies TEMPLATE (a folder holding a tuning.yaml and the modules it names) into a
 the same arguments, timestamping each line it prints. ``--path`` puts a folder on PYTHONPATH
 (an unpacked library); ``--history`` sets AOT_TUNE_HISTORY (the machine's history: a file, or
 off), else the environment's is used. Prints the prediction, the wall time and their ratio, and
-for each progress line from ``--from`` (a share of the wall time, 0.2) on, the run's estimate
-against the seconds that were left; the last line is the largest error.
+for each progress line, the run's estimate against the seconds that were left; the last line is
+the largest error of those from ``--from`` of the work done on (0.2: the stages' tasks done of
+their total, as the lines count them).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_LEFT = re.compile(r"\(the run: about ([0-9hms.]+)\)")
+DONE = re.compile(r"^\[(\w+)\] (\d+)/(\d+) done")
 
 
 def seconds(duration: str) -> float:
@@ -43,7 +45,7 @@ def main() -> int:
     parser.add_argument("--history", help="AOT_TUNE_HISTORY for both runs (a file, or off)")
     parser.add_argument("--backend", default="interpreter")
     parser.add_argument("--project", type=Path, help="where to copy the template (default: a fresh temp folder)")
-    parser.add_argument("--from", dest="share", type=float, default=0.2)
+    parser.add_argument("--from", dest="share", type=float, default=0.2, help="the share of the work done")
     args = parser.parse_intermixed_args()
     project = args.project or Path(tempfile.mkdtemp(prefix="forecast-check-"))
     if project.exists() and any(project.iterdir()):
@@ -71,14 +73,22 @@ def main() -> int:
     print(f"{project}: {last}")
     print(f"predicted {predicted:.1f} s, took {wall:.1f} s: ratio {predicted / wall:.2f}")
     errors = []
+    counts: dict[str, tuple[int, int]] = {}  # stage -> its last line's done, total
     for at, text in lines:
+        done = DONE.match(text)
+        if done:
+            counts[done.group(1)] = (int(done.group(2)), int(done.group(3)))
         found = RUN_LEFT.search(text)
-        if found and at >= args.share * wall:
-            left = wall - at
-            errors.append(seconds(found.group(1)) / left - 1)
-            print(f"  at {at:5.1f} s: the run about {seconds(found.group(1)):5.1f} s left, {left:5.1f} s were: "
-                  f"{errors[-1]:+.0%}   {text.split(']')[0]}]")
-    print(f"progress estimate from {args.share:.0%} of the run: largest error "
+        if not found:
+            continue
+        share = sum(d for d, _ in counts.values()) / max(1, sum(t for _, t in counts.values()))
+        left = wall - at
+        error = seconds(found.group(1)) / left - 1
+        if share >= args.share:
+            errors.append(error)
+        print(f"  at {at:5.1f} s, {share:4.0%} of the tasks done: the run about {seconds(found.group(1)):5.1f} s "
+              f"left, {left:5.1f} s were: {error:+.0%}   {text.split(']')[0]}]")
+    print(f"progress estimate from {args.share:.0%} of the work done: largest error "
           + (f"{max(errors, key=abs):+.0%} over {len(errors)} lines" if errors else "none: no line"))
     return 0
 
