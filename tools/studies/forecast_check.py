@@ -55,8 +55,9 @@ def main() -> int:
     env["PYTHONPATH"] = os.pathsep.join([str(project), *args.path, str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     if args.history is not None:
         env["AOT_TUNE_HISTORY"] = args.history
-    command = [sys.executable, "-m", "aot_tune", "tune", "--bench-backend", args.backend, *args.kernels]
-    dry = subprocess.run([*command, "--dry-run"], cwd=project, env=env, capture_output=True, text=True)
+    command = [sys.executable, "-m", "aot_tune", "tune", "--bench-backend", args.backend]
+    dry = subprocess.run([*command, "--dry-run", *args.kernels], cwd=project, env=env, capture_output=True, text=True)
+    command += args.kernels
     if dry.returncode != 0:
         sys.exit(f"the dry run failed:\n{dry.stdout}{dry.stderr}")
     last = dry.stdout.strip().splitlines()[-1]
