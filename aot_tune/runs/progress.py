@@ -4,9 +4,9 @@ stage and of the whole run; and ``eprint``, the run's other lines, on the real s
 
 With the run's prediction (aot_tune.pipeline.forecast) a stage's estimate is the predicted seconds
 of its tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long
-its finished tasks took against their prediction (``Progress.scale``: the first task of each lane
-is left out, since a worker's first compile also warms Triton up and a device's first bench
-imports the kernel's modules): a
+its finished tasks took against their prediction, the kernel's own where any finished
+(``Progress.scale``: the first task of each lane is left out, since a worker's first compile also
+warms Triton up and a device's first bench imports the kernel's modules): a
 bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
 compiles twice as slow as predicted reads so after its first compiles. Without one it is
 elapsed / done x left.
@@ -78,11 +78,15 @@ class Progress:
     def left_now(self) -> float:
         return self.left_s(time.monotonic() - self._start)
 
-    def scale(self) -> float:
+    def scale(self, group: str | None = None) -> float:
         """How long the finished tasks took against their prediction: their seconds over their
         predicted seconds, without each lane's first task (a worker's first compile warms Triton
-        up, a device's first bench imports the kernel's modules); 1 until others finished."""
+        up, a device's first bench imports the kernel's modules); 1 until others finished. With
+        ``group`` (a task name's kernel), of that kernel's tasks where any finished: kernels are
+        mispredicted each their own way (a compile's seconds follow the kernel's code)."""
         took = list(self._took.copy().items())[self._lanes:]  # another stage's line reads it too, unlocked
+        if group is not None and any(_group(task) == group for task, _ in took):
+            took = [(task, seconds) for task, seconds in took if _group(task) == group]
         predicted = sum(self._expected[task] for task, _ in took)
         spent = sum(seconds for _, seconds in took)
         return spent / predicted if predicted > 0 and spent > 0 else 1.0
@@ -90,10 +94,17 @@ class Progress:
     def left_s(self, elapsed: float) -> float:
         """The estimate of the seconds left (see the module doc)."""
         took = self._took.copy()
-        left = [s for task, s in self._expected.items() if task not in took]
+        left = [(task, s) for task, s in self._expected.items() if task not in took]
         if not self._expected or not left:
             return elapsed / max(self.done, 1) * (self.total - self.done)
-        return max(sum(left) / self._lanes, max(left)) * self.scale()
+        scales = {group: self.scale(group) for group in {_group(task) for task, _ in left}}
+        seconds = [s * scales[_group(task)] for task, s in left]
+        return max(sum(seconds) / self._lanes, max(seconds))
+
+
+def _group(task: str) -> str:
+    """A task's kernel: ``compile:KERNEL:...``, ``bench:KERNEL:...``."""
+    return task.split(":", 2)[1] if task.count(":") >= 2 else ""
 
 
 class RunClock:

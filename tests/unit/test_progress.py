@@ -167,3 +167,18 @@ def test_each_workers_first_task_is_left_out_of_the_pace(clock) -> None:
     for i in range(2, 5):
         p.advance(task=f"c{i}", seconds=2.0)
     assert p.scale() == 2.0
+
+
+def test_each_kernels_tasks_go_at_that_kernels_pace(clock) -> None:
+    """GEMM compiles take twice their prediction, vector_add's theirs: what is left of each goes
+    at its own pace, and a kernel none of whose compiles finished at the stage's."""
+    expected = {**{f"compile:gemm:sm90:s:{i}": 1.0 for i in range(6)},
+                **{f"compile:add:sm90:s:{i}": 0.5 for i in range(4)}, "compile:softmax:sm90:s:0": 1.0}
+    p = Progress("compile", len(expected), stream=io.StringIO(), expected=expected, lanes=1)
+    for i in range(4):  # the first warms up, the next three take twice their prediction
+        p.advance(task=f"compile:gemm:sm90:s:{i}", seconds=2.0)
+    p.advance(task="compile:add:sm90:s:0", seconds=0.5)
+    assert p.scale("gemm") == 2.0 and p.scale("add") == 1.0
+    assert p.scale("softmax") == p.scale() == pytest.approx(6.5 / 3.5)
+    # gemm: 2 x 1 s x 2, add: 3 x 0.5 s x 1, softmax: 1 s at the stage's pace
+    assert p.left_s(10.0) == pytest.approx(4.0 + 1.5 + 6.5 / 3.5)
