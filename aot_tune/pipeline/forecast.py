@@ -17,8 +17,11 @@ A run is four parts, added up:
   workers (as the compile stage runs them). A compile expects its recorded seconds from an
   earlier run (any fingerprint: an edit changes a compile's time far less than its config does),
   else its ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else the
-  typical compile (``build.compile.expected_compile_seconds``, which the compile stage orders
-  by too); the compile deadline (``build.deadline``) caps a straggler. A launch whose
+  typical compile of a kernel of its code's size (the calibrated seconds per KB of the jitted
+  function and the jitted functions it calls, aot_tune.build.imports.kernel_bytes: a kernel's
+  compiles follow its size from kernel to kernel), spread over its configs by their estimates
+  (``build.compile.expected_compile_seconds``, which the compile stage orders by too); the
+  compile deadline (``build.deadline``) caps a straggler. A launch whose
   specialization is not captured yet is assumed to specialize as a captured launch of the same
   class (its dtype, and which ints are 1 or divisible by 16: what Triton specializes on) does,
   so it shares that compile; else each class is one compile per config and target.
@@ -44,7 +47,8 @@ A run is four parts, added up:
   (``exports: [{to: module:function}]``), the tuning process's import of it at the merge: torch
   and triton where it reaches them (as long as the fork server's), then its modules' estimate.
 
-The overheads, start-ups, a compile's typical seconds and the import's scale are calibrated part
+The overheads, start-ups, a compile's typical seconds (per KB of code, else per compile) and the
+import's scale are calibrated part
 by part (aot_tune.pipeline.calibration): from the last runs on the same backend in
 ``.aot_tune/runs.json`` (medians), else from this machine's history of runs of any project
 (aot_tune.runs.history, the closest comparable runs: same backend, device and CPU count, then

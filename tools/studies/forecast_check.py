@@ -86,11 +86,15 @@ def main() -> int:
         left = wall - at
         error = seconds(found.group(1)) / left - 1
         if share >= args.share:
-            errors.append(error)
+            errors.append((error, left))
         print(f"  at {at:5.1f} s, {share:4.0%} of the tasks done: the run about {seconds(found.group(1)):5.1f} s "
               f"left, {left:5.1f} s were: {error:+.0%}   {text.split(']')[0]}]")
-    print(f"progress estimate from {args.share:.0%} of the work done: largest error "
-          + (f"{max(errors, key=abs):+.0%} over {len(errors)} lines" if errors else "none: no line"))
+    for least in (0.0, 5.0):
+        judged = [e for e, left in errors if left >= least]
+        print(f"progress estimate from {args.share:.0%} of the work done" + (f", {least:.0f} s or more left" if least
+                                                                               else "")
+              + ": largest error " + (f"{max(judged, key=abs):+.0%} over {len(judged)} lines" if judged else
+                                      "none: no line"))
     return 0
 
 
