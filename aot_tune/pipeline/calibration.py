@@ -43,7 +43,8 @@ MACHINE_RUNS = 10
 IMPORT_RATIO_FLOOR_S = 0.5
 
 #: What a logged run tells the model (``Calibration``'s fields that ``observed`` reads).
-CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "compile_s_per_kb", "engine_s", "batch_s", "rest_s")
+CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "compile_s_per_kb", "engine_s", "engine_extra_s",
+              "batch_s", "rest_s")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Calibration:
     compile_s: float | None = None
     compile_s_per_kb: float | None = None
     engine_s: float | None = None
+    engine_extra_s: float | None = None  # on a GPU, beyond the warm-up: comparable across warmup_ms
     batch_s: float | None = None
     rest_s: float | None = None
     import_ratio: float | None = None
@@ -88,7 +90,15 @@ class Calibration:
         return _known(self.compile_s, DEFAULT_COMPILE_S)
 
     def engine(self, settings: BenchSettings) -> float:
-        if self.engine_s is not None:
+        """A measurement's seconds beyond its timed launches; on a GPU, the kernel's
+        ``warmup_ms`` and what runs took beyond theirs where they told it."""
+        if self.backend == "cuda":
+            for origin in ("project", "machine", None):
+                if self.engine_extra_s is not None and self.sources.get("engine_extra_s") == origin:
+                    return settings.warmup_ms / 1e3 + self.engine_extra_s
+                if self.engine_s is not None and self.sources.get("engine_s") == origin:
+                    return self.engine_s
+        elif self.engine_s is not None:
             return self.engine_s
         if self.backend == "cuda":
             return settings.warmup_ms / 1e3 + DEFAULT_ENGINE_S["cuda"]
@@ -146,7 +156,8 @@ def observed(run: RunRecord) -> dict[str, float]:
     """What one logged run tells: the workers' start-up (``specialize start-up``), the device
     workers' start-up, seconds per compile and per KB of the compiled kernels' code (the run's
     ``compile_kb``: what the forecast took, over its compiles), a measurement's device seconds beyond its timed
-    launches, a batch's own seconds (the device held outside the worker's batches, and their
+    launches (on a GPU also beyond the warm-up the run's benches asked for, ``engine_extra_s``:
+    comparable across projects' ``warmup_ms``), a batch's own seconds (the device held outside the worker's batches, and their
     input sets, less the kernel modules' import the first one paid), the kernel modules' import
     in the workers (the specialize step beyond the start-up and the captures) against its estimate
     (``import_s``, ``import_estimate_s``), the tuning process's own imports for the exporters
@@ -179,6 +190,8 @@ def observed(run: RunRecord) -> dict[str, float]:
         if measured and batches:
             timed = seconds.get("measured", 0.0) + seconds.get("measured baselines", 0.0)
             found["engine_s"] = max(0.0, batches - inputs - timed) / measured
+            if run.backend == "cuda" and "warmup_s" in run.estimates:
+                found["engine_extra_s"] = max(0.0, found["engine_s"] - float(run.estimates["warmup_s"]))
             if run.batches:
                 held = seconds.get("device held", 0.0)
                 found["batch_s"] = max(0.0, held - batches + max(0.0, inputs - imported)) / int(run.batches)

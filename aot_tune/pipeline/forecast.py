@@ -87,6 +87,10 @@ from aot_tune.search import ranked
 #: Timed launches fill a bit over ``rep_ms`` (22.1 ms at 20 on the H100 host).
 TIMED_STRETCH = 1.1
 CAPTURE_S = 0.0005
+#: A process that imported torch, triton and a kernel library takes a quarter as long again to
+#: exit (on a 2-core CPU: 0.5 s after torch's 1.6 s, 0.9 s after torch, dynamo and triton's 3.4 s,
+#: 1.2 s after fla-core's 6.4 s): the tuning process does, after its exporters' imports.
+MAIN_EXIT_SHARE = 0.25
 
 
 @dataclass
@@ -174,6 +178,7 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
     calibration = calibrate(runs, plan.device.backend, history, key)
     result = Forecast(calibration, [], max(1, compile_jobs), {d.key: max(1, d.count) for d in plan.devices})
     exhaustive: dict[str, list[tuple[float, int]]] = {}  # device -> (seconds, measurements) per stale bench
+    warmups: list[tuple[float, int]] = []  # (warm-up seconds, measurements) per stale bench
     budgeted: dict[str, list[float]] = {}
     for kp in plan.kernels:
         history = CompileHistory(plan.work_dir / "compile" / kp.spec.name)
@@ -203,6 +208,7 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
             device_work.configs.append(configs)
             device_work.device_s += device_s
             device_work.search = "" if unit.search.exhaustive else unit.search.describe()
+            warmups.append((kp.spec.bench.warmup_ms / 1e3, measured))
             result.bench_seconds[unit.name] = device_s
             if unit.search.exhaustive:
                 exhaustive.setdefault(unit.device, []).append((device_s, measured))
@@ -217,6 +223,8 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
         work.on_demand_candidates = sum(len(s) for t, s in candidates.items() if expected.get(t))
     if not result.idle:
         _imports(plan, staleness, result)
+        if sum(n for _, n in warmups):
+            result.estimates["warmup_s"] = sum(w * n for w, n in warmups) / sum(n for _, n in warmups)
     _assemble(result, exhaustive, budgeted)
     return result
 
@@ -235,7 +243,8 @@ def _imports(plan: Plan, staleness: Staleness, result: Forecast) -> None:
     main = import_cost(plan.manifest.root, exporters) if exporters else None
     result.import_s = calibration.imports(workers.seconds())
     if main is not None:
-        result.main_import_s = calibration.imports(main.seconds()) + calibration.startup() * main.toolchain
+        result.main_import_s = (calibration.imports(main.seconds()) + calibration.startup() * main.toolchain) * \
+            (1 + MAIN_EXIT_SHARE)
     compiling = [(k.code_kb, k.compiles_stale + k.on_demand) for k in result.kernels if k.compiles_stale + k.on_demand]
     kb = {"compile_kb": sum(c * n for c, n in compiling) / sum(n for _, n in compiling)} \
         if compiling and all(c > 0 for c, _ in compiling) else {}  # the compiles' mean, where every kernel's is known

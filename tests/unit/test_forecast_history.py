@@ -8,7 +8,7 @@ import os
 import pytest
 from tunerun import make_project, vector_add_manifest
 
-from aot_tune.bench.runner import INTERPRETER_DEVICE
+from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
 from aot_tune.manifest import load_manifest
 from aot_tune.pipeline import calibration as calibrating
 from aot_tune.pipeline import forecast as model
@@ -23,6 +23,7 @@ MANIFEST = vector_add_manifest("""\
     interpreter_shapes: [{n: 300}, {n: 704}]
     dtypes: [float32]
 """)
+H100 = DeviceModel("cuda", "h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", 1)
 #: What runs of other kernels on this machine observed.
 MACHINE = {"startup_s": 6.0, "device_startup_s": 3.0, "compile_s": 0.5, "engine_s": 0.02, "batch_s": 0.3,
            "rest_s": 2.0}
@@ -106,13 +107,32 @@ def test_a_projects_own_exporter_costs_the_tuning_process_its_imports(tmp_path):
     (tmp_path / "exporter.py").write_text("import torch\nimport kernels.vector_add\n\n\n"
                                           "def write(entries, info):\n    return ''\n")
     told = model.forecast(plan, staleness, 2)
-    # torch and triton (the fork server's imports stand for them), then the modules they reach
-    assert told.main_import_s == pytest.approx(told.calibration.startup() + told.import_s, abs=0.01)
+    # torch and triton (the fork server's imports stand for them), then the modules they reach, and
+    # the tuning process's longer exit with them loaded
+    assert told.main_import_s == pytest.approx((told.calibration.startup() + told.import_s) * 1.25, abs=0.01)
     assert told.rest_s == pytest.approx(model.DEFAULT_REST_S + told.main_import_s)
     assert told.estimates["main_import_s"] == told.main_import_s
     no_torch = tmp_path / "exporter.py"
     no_torch.write_text("def write(entries, info):\n    return ''\n")
     assert model.forecast(plan, staleness, 2).main_import_s < 0.01
+
+
+def test_on_a_gpu_the_engine_overhead_beyond_the_warm_up_is_taken_from_other_projects(tmp_path):
+    """Another project's runs measured 3 ms a measurement beyond their warm-up; this one warms up
+    1 ms: its measurements are 1 ms of warm-up, 3 ms more and 1.1 ms of timed launches."""
+    project = make_project(tmp_path, MANIFEST)
+    loaded = load_manifest(project / "tuning.yaml")
+    plan = build_plan(loaded, H100, loaded.kernels)
+    staleness = Staleness(plan)
+    key = key_of(plan, backend="cuda", device="h100-sxm")
+    told = model.forecast(plan, staleness, 2, history=others(key, engine_s=0.05, engine_extra_s=0.003))
+    assert told.calibration.sources["engine_extra_s"] == "machine"
+    measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + 0.003
+    assert list(told.bench_seconds.values()) == pytest.approx([3 * measurement + 0.3])  # 3 configs, one batch
+    assert told.estimates["warmup_s"] == pytest.approx(1e-3)
+    gpu_run = logged(backend="cuda", device="h100-sxm", estimates={"warmup_s": 0.002})
+    seen = calibrating.observed(gpu_run)
+    assert seen["engine_extra_s"] == pytest.approx(seen["engine_s"] - 0.002)
 
 
 def logged(**changes) -> RunRecord:
