@@ -45,11 +45,12 @@ A run is four parts, added up:
 * **rest**: the command's own start (its imports, reading the manifest), planning, merge and
   generate; and where a kernel with work exports through the project's own exporter
   (``exports: [{to: module:function}]``), the tuning process's import of it at the merge: torch
-  and triton where it reaches them (as long as the fork server's), then its modules' estimate.
+  and triton where it reaches them (a share of the fork server's start-up, ``MAIN_*_SHARE``),
+  then its modules' estimate, and the process's longer exit with them loaded.
 
 The overheads, start-ups, a compile's typical seconds (per KB of code, else per compile) and the
-import's scale are calibrated part
-by part (aot_tune.pipeline.calibration): from the last runs on the same backend in
+import's scale are calibrated part by part (aot_tune.pipeline.calibration): from the last runs on
+the same backend in
 ``.aot_tune/runs.json`` (medians), else from this machine's history of runs of any project
 (aot_tune.runs.history, the closest comparable runs: same backend, device and CPU count, then
 toolchain and ``-n``), else the documented defaults. A run's progress lines then correct the
@@ -87,6 +88,12 @@ from aot_tune.search import ranked
 #: Timed launches fill a bit over ``rep_ms`` (22.1 ms at 20 on the H100 host).
 TIMED_STRETCH = 1.1
 CAPTURE_S = 0.0005
+#: The tuning process's import of torch and triton, where its exporters reach them, as a share of
+#: the fork server's start-up (which also imports torch's dynamo, hashes Triton's library and warms
+#: meta tensors up): 1.55 s of 4.4-4.9 s on a 2-core CPU; and of torch's dynamo, which a
+#: ``torch.compile`` at import needs and the workers hold already: 1.3 s more.
+MAIN_TOOLCHAIN_SHARE = 0.35
+MAIN_DYNAMO_SHARE = 0.3
 #: A process that imported torch, triton and a kernel library takes a quarter as long again to
 #: exit (on a 2-core CPU: 0.5 s after torch's 1.6 s, 0.9 s after torch, dynamo and triton's 3.4 s,
 #: 1.2 s after fla-core's 6.4 s): the tuning process does, after its exporters' imports.
@@ -243,7 +250,8 @@ def _imports(plan: Plan, staleness: Staleness, result: Forecast) -> None:
     main = import_cost(plan.manifest.root, exporters) if exporters else None
     result.import_s = calibration.imports(workers.seconds())
     if main is not None:
-        result.main_import_s = (calibration.imports(main.seconds()) + calibration.startup() * main.toolchain) * \
+        toolchain = MAIN_TOOLCHAIN_SHARE * main.toolchain + MAIN_DYNAMO_SHARE * (main.toolchain and main.torch_compile)
+        result.main_import_s = (calibration.imports(main.seconds()) + calibration.startup() * toolchain) * \
             (1 + MAIN_EXIT_SHARE)
     compiling = [(k.code_kb, k.compiles_stale + k.on_demand) for k in result.kernels if k.compiles_stale + k.on_demand]
     kb = {"compile_kb": sum(c * n for c, n in compiling) / sum(n for _, n in compiling)} \
