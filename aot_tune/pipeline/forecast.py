@@ -151,6 +151,11 @@ class Forecast:
     #: the project's exporters (with torch and triton where they reach them)
     import_s: float = 0.0
     main_import_s: float = 0.0
+    #: when the device workers are ready for a first bench, from the compiles' start (their
+    #: start-up and import), and what the benches add after the last compile however early they
+    #: were: the progress lines' estimate of the run's end (aot_tune.runs.progress.RunClock)
+    device_wait_s: float = 0.0
+    bench_tail_s: float = 0.0
     #: the per-unit values the parts took (a run logs them: aot_tune.pipeline.calibration.remember)
     estimates: dict[str, float] = field(default_factory=dict)
 
@@ -300,9 +305,13 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
         tail = min(math.ceil(len(tasks) / count) * per_measurement, wall) if result.compiles else 0.0
         bench_end = max(bench_end, max(first_landing, device_wait) + wall,
                         compile_wall + sum(searches) / count + tail)
+        result.bench_tail_s = max(result.bench_tail_s, sum(searches) / count + tail)
     result.compile_s = compile_wall
     # the benches wait for their on-demand compiles (side by side, on every compile worker)
-    result.bench_s = max(0.0, bench_end - compile_wall) + list_schedule(result.on_demand, result.compile_jobs)[0]
+    on_demand = list_schedule(result.on_demand, result.compile_jobs)[0]
+    result.bench_s = max(0.0, bench_end - compile_wall) + on_demand
+    result.bench_tail_s += on_demand
+    result.device_wait_s = device_wait
     result.rest_s = calibration.rest() + result.main_import_s
 
 

@@ -12,9 +12,11 @@ compiles twice as slow as predicted reads so after its first compiles. Without o
 elapsed / done x left.
 
 The run's estimate (``RunClock``) follows the stages as they overlap: while compiles are left,
-the compile stage's estimate, then what the benches were predicted to add after the last compile
-(scaled as the bench stage's finished tasks tell), then the rest (merge, generate, the exporters'
-imports: as predicted); once the compiles are done, the bench stage's estimate and the rest.
+the later of the compile stage's estimate with what the benches add after the last compile, and
+the devices' predicted readiness (less the time gone since the compiles began) with the bench
+stage's estimate, each bench scaled as the finished benches tell; then the rest (merge, generate,
+the exporters' imports: as predicted). Once the compiles are done, the bench stage's estimate and
+the rest.
 """
 from __future__ import annotations
 
@@ -78,6 +80,11 @@ class Progress:
     def left_now(self) -> float:
         return self.left_s(time.monotonic() - self._start)
 
+    @property
+    def started(self) -> float:
+        """When the stage began (``time.monotonic()``)."""
+        return self._start
+
     def scale(self, group: str | None = None) -> float:
         """How long the finished tasks took against their prediction: their seconds over their
         predicted seconds, without each lane's first task (a worker's first compile warms Triton
@@ -108,13 +115,19 @@ def _group(task: str) -> str:
 
 
 class RunClock:
-    """The run's estimate of its seconds left, from its stages' ``Progress`` and its prediction:
-    ``bench_after_s`` what the benches add after the last compile, ``rest_s`` the merge, generate
-    and the rest (aot_tune.pipeline.forecast's parts)."""
+    """The run's estimate of its seconds left, from its stages' ``Progress`` and its prediction
+    (aot_tune.pipeline.forecast's): ``bench_after_s`` what the benches add after the last compile,
+    ``rest_s`` the merge, generate and the rest; with ``device_wait_s`` (when the device workers
+    are ready for a first bench, from the compiles' start) and ``tail_s`` (what the benches add
+    after the last compile however early they were), the benches' end while compiles are left is
+    the later of the compiles' end and the tail, and the devices' readiness and the benches left."""
 
-    def __init__(self, bench_after_s: float, rest_s: float) -> None:
+    def __init__(self, bench_after_s: float, rest_s: float, device_wait_s: float | None = None,
+                 tail_s: float = 0.0) -> None:
         self.bench_after_s = bench_after_s
         self.rest_s = rest_s
+        self.device_wait_s = device_wait_s
+        self.tail_s = tail_s
         self.stages: dict[str, Progress] = {}
 
     def left_s(self) -> float | None:
@@ -122,7 +135,13 @@ class RunClock:
         compiles, benches = self.stages.get("compile"), self.stages.get("bench")
         bench_scale = benches.scale() if benches is not None else 1.0
         if compiles is not None and compiles.total and not compiles.finished:
-            return compiles.left_now() + self.bench_after_s * bench_scale + self.rest_s
+            compiled = compiles.left_now()
+            if benches is None or not benches.total or benches.finished:
+                return compiled + self.rest_s
+            if self.device_wait_s is None:
+                return compiled + self.bench_after_s * bench_scale + self.rest_s
+            ready = max(0.0, self.device_wait_s - (time.monotonic() - compiles.started))
+            return max(compiled + self.tail_s * bench_scale, ready + benches.left_now()) + self.rest_s
         if benches is not None and benches.total and not benches.finished:
             return benches.left_now() + self.rest_s
         return None

@@ -78,7 +78,9 @@ def test_known_compiles_and_bench_settings_add_up_to_the_prediction(compiled_bef
     assert 0 < predicted.import_s < 0.05
     assert predicted.startup_s == model.DEFAULT_STARTUP_S["cuda"] + predicted.import_s
     assert predicted.compile_s == 4.0
-    assert predicted.bench_s == pytest.approx(tail)
+    assert predicted.bench_s == pytest.approx(tail) and predicted.bench_tail_s == pytest.approx(tail)
+    # the GPU workers fork from the server once it is up: ready with the kernel's modules imported
+    assert predicted.device_wait_s == pytest.approx(predicted.import_s)
     assert predicted.rest_s == model.DEFAULT_REST_S
     assert predicted.predicted_s == pytest.approx(model.DEFAULT_STARTUP_S["cuda"] + predicted.import_s + 4.0 + tail
                                                   + model.DEFAULT_REST_S)

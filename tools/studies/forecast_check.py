@@ -10,8 +10,8 @@ the same arguments, timestamping each line it prints. ``--path`` puts a folder o
 (an unpacked library); ``--history`` sets AOT_TUNE_HISTORY (the machine's history: a file, or
 off), else the environment's is used. Prints the prediction, the wall time and their ratio, and
 for each progress line, the run's estimate against the seconds that were left; the last line is
-the largest error of those from ``--from`` of the work done on (0.2: the stages' tasks done of
-their total, as the lines count them).
+the largest error of those from ``--from`` of the work done on (0.2: the tasks the lines count
+done, of the compiles and bench tasks the dry run counted).
 """
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ def main() -> int:
     if dry.returncode != 0:
         sys.exit(f"the dry run failed:\n{dry.stdout}{dry.stderr}")
     last = dry.stdout.strip().splitlines()[-1]
+    # the run's tasks, as the dry run counts them: each kernel's stale compiles and bench tasks
+    tasks = sum(int(m.group(1)) for m in re.finditer(r"^  (?:compile|bench) +(\d+) of ", dry.stdout, re.M))
     predicted = float(last.split()[1])
     began = time.monotonic()
     lines: list[tuple[float, str]] = []
@@ -82,7 +84,7 @@ def main() -> int:
         found = RUN_LEFT.search(text)
         if not found:
             continue
-        share = sum(d for d, _ in counts.values()) / max(1, sum(t for _, t in counts.values()))
+        share = sum(d for d, _ in counts.values()) / max(1, tasks, sum(t for _, t in counts.values()))
         left = wall - at
         error = seconds(found.group(1)) / left - 1
         if share >= args.share:
