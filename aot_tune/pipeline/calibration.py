@@ -133,8 +133,7 @@ def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[History
     ``backend`` observed (``observed``); where none told, of the machine's comparable runs."""
     told = [seen for seen in map(observed, [r for r in runs if r.backend == backend and r.ok]) if seen]
     told = told[-CALIBRATION_RUNS:]
-    values: dict[str, float | None] = {name: _median([s[name] for s in told if name in s])
-                                       for name in (*CALIBRATED, "import_ratio")}
+    values: dict[str, float | None] = {name: _median([s[name] for s in told if name in s]) for name in CALIBRATED}
     values["import_ratio"] = _ratio(told)
     sources = {name: "project" for name, value in values.items() if value is not None}
     machine: list[HistoryEntry] = []
