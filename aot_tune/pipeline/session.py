@@ -55,8 +55,9 @@ class TuneSession:
             expected = {u.name: s for u in units if (s := self.forecast.task_seconds(u)) is not None}
         lanes = self.executors.compile_jobs if stage == "compile" else sum(d.count for d in self.plan.devices)
         if self.forecast is not None and self._clock is None:
-            self._clock = RunClock(self.forecast.bench_s, self.forecast.rest_s, self.forecast.device_wait_s,
-                                   self.forecast.bench_tail_s)
+            forecast = self.forecast
+            self._clock = RunClock(forecast.bench_s, forecast.rest_s, forecast.device_wait_s, forecast.bench_tail_s,
+                                   forecast.device_wall_s)
         self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes, run=self._clock)
 
     def specialize(self) -> None:

@@ -186,14 +186,14 @@ def test_each_kernels_tasks_go_at_that_kernels_pace(clock) -> None:
 
 def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness(clock) -> None:
     """A short run: 2 compiles of 1 s left, devices predicted ready 6 s after the compiles began
-    (a spawned worker's start-up and its import of the kernel's modules), 4 benches of 0.5 s: the
+    (a spawned worker's start-up and its import of the kernel's modules), then 2 s of benches: the
     benches end when the devices are ready and have measured, not 6 s after the last compile."""
     stream = io.StringIO()
-    run = progress.RunClock(bench_after_s=6.5, rest_s=4.0, device_wait_s=6.0, tail_s=0.5)
+    run = progress.RunClock(bench_after_s=6.5, rest_s=4.0, device_wait_s=6.0, tail_s=0.5, device_wall_s=2.0)
     compiles = Progress("compile", 3, stream=stream, expected={f"c{i}": 1.0 for i in range(3)}, run=run)
     Progress("bench", 4, stream=stream, expected={f"b{i}": 0.5 for i in range(4)}, run=run)
     clock.now += 3.0
     compiles.advance(task="c0", seconds=1.0)
-    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 - 3.0 + 2.0) + 4.0)
-    clock.now += 5.0  # the devices are due: the compiles left and their tail decide
-    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 0.0 + 2.0) + 4.0)
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 3.0) + 4.0)
+    clock.now += 5.0  # the devices were due 2 s ago: the compiles left and their tail decide
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 8.0) + 4.0)
