@@ -14,7 +14,7 @@ elapsed / done x left.
 The run's estimate (``RunClock``) follows the stages as they overlap: while compiles are left,
 the later of the compile stage's estimate with what the benches add after the last compile, and
 the devices' predicted readiness and work (less the time gone since the compiles began), the
-benches scaled as the finished ones tell; then the rest (merge, generate, the exporters' imports:
+tail scaled as the finished benches tell; then the rest (merge, generate, the exporters' imports:
 as predicted). Once the compiles are done, the bench stage's estimate and the rest.
 """
 from __future__ import annotations
@@ -143,7 +143,8 @@ class RunClock:
             if self.device_wait_s is None:
                 return compiled + self.bench_after_s * bench_scale + self.rest_s
             since = time.monotonic() - compiles.started
-            devices = self.device_wait_s + self.device_wall_s * bench_scale - since
+            # as predicted: a bench that finished early may have paid the device's one-time import
+            devices = self.device_wait_s + self.device_wall_s - since
             return max(compiled + self.tail_s * bench_scale, devices) + self.rest_s
         if benches is not None and benches.total and not benches.finished:
             return benches.left_now() + self.rest_s

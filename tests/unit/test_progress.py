@@ -197,3 +197,9 @@ def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness
     assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 3.0) + 4.0)
     clock.now += 5.0  # the devices were due 2 s ago: the compiles left and their tail decide
     assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 8.0) + 4.0)
+    # two benches finished, the second at 3x its prediction (its batch built the device's first inputs):
+    # the tail goes at that pace, the devices' work stays as predicted
+    benches = run.stages["bench"]
+    benches.advance(task="b0", seconds=0.5)
+    benches.advance(task="b1", seconds=1.5)
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5 * 3, 6.0 + 2.0 - 8.0) + 4.0)

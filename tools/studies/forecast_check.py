@@ -90,7 +90,7 @@ def main() -> int:
         if share >= args.share:
             errors.append((error, left))
         print(f"  at {at:5.1f} s, {share:4.0%} of the tasks done: the run about {seconds(found.group(1)):5.1f} s "
-              f"left, {left:5.1f} s were: {error:+.0%}   {text.split(']')[0]}]")
+              f"left, {left:5.1f} s were: {error:+.0%}   {text.split(' done')[0]}")
     for least in (0.0, 5.0):
         judged = [e for e, left in errors if left >= least]
         print(f"progress estimate from {args.share:.0%} of the work done" + (f", {least:.0f} s or more left" if least
