@@ -8,6 +8,10 @@ that remove it.
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The machine's run history (aot_tune.runs.history) is off for the session and every `doit tune`
+# it starts, so that no test reads or writes the real one under ~/.cache, nor depends on another
+# test's runs; its tests point it at a folder of their own.
+os.environ["AOT_TUNE_HISTORY"] = "off"
 
 
 import pytest  # noqa: E402

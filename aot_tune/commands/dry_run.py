@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.pipeline.forecast import DeviceWork, Forecast, forecast
+from aot_tune.runs.history import read_history
 from aot_tune.runs.log import read_runs
 from aot_tune.runs.progress import eprint
 
@@ -28,7 +29,7 @@ def dry_run(loader: ManifestLoader, kernel_names: Sequence[str]) -> int:
             cluster.close()
         for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
             eprint(f"aot_tune: {change.line(plan.device_keys)}")
-        predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline)
+        predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history())
     finally:
         sys.dont_write_bytecode = writes_bytecode
     devices = ", ".join(f"{d.count} x {d.key}" for d in plan.devices)
@@ -62,13 +63,12 @@ def describe(result: Forecast) -> list[str]:
     measurements = sum(d.measurements for k in result.kernels for d in k.devices.values())
     captures = sum(k.to_capture for k in result.kernels)
     devices = ", ".join(f"{n} x {key}" for key, n in result.device_counts.items())
-    started = ("the compile workers' start-up (torch and triton imports)" +
-               (f", {captures} launches captured" if captures else "")) if result.compiles or captures \
-        else "the device workers' start-up"
-    calibration = result.calibration
-    source = (f"calibrated from {calibration.runs} earlier run{'s' * (calibration.runs != 1)} on {calibration.backend} "
-              f"in .aot_tune/runs.json" if calibration.runs else
-              f"uncalibrated: no earlier run on {calibration.backend} in .aot_tune/runs.json")
+    imported = f", the kernel modules' import {result.import_s:.1f} s" if result.import_s >= 0.05 else ""
+    started = ("the compile workers' start-up (torch and triton imports" + imported +
+               (f", {captures} launches captured" if captures else "") + ")") if result.compiles or captures \
+        else f"the device workers' start-up{imported}"
+    exporters = f"; the exporters' import {result.main_import_s:.1f} s" if result.main_import_s >= 0.05 else ""
+    source = result.calibration.described()
     return lines + [
         f"start-up  {result.startup_s:.1f} s  {started}",
         f"compile   {result.compile_s:.1f} s  {len(result.compiles)} compiles over {result.compile_jobs} workers, "
@@ -76,7 +76,7 @@ def describe(result: Forecast) -> list[str]:
         f"bench     {result.bench_s:.1f} s  {measurements} measurements, {device_s:.1f} s of device time on "
         f"{devices}, beyond the compile part" + (f"; with about {len(result.on_demand)} compiles on demand "
                                                  f"({sum(result.on_demand):.1f} s)" if result.on_demand else ""),
-        f"rest      {result.rest_s:.1f} s  planning, merge, generate",
+        f"rest      {result.rest_s:.1f} s  the command's start, planning, merge, generate{exporters}",
         f"predicted {result.predicted_s:.1f} s ({source})",
     ]
 

@@ -21,6 +21,7 @@ from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_comp
 from aot_tune.errors import StageFailure, TuneError
 from aot_tune.pipeline.forecast import forecast, may_have_work
 from aot_tune.pipeline.plan import Plan, build_plan
+from aot_tune.runs.history import read_history
 from aot_tune.runs.log import read_runs
 from aot_tune.pipeline.session import TuneSession
 from aot_tune.runs.progress import eprint
@@ -183,7 +184,7 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
             if may_have_work(plan, staleness):  # a no-op run predicts nothing, and starts no worker
                 forking.start_server()  # its imports (seconds) overlap the forecast and the captures' set-up
-                predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline)
+                predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history())
                 self.session.forecast = None if predicted.idle else predicted
             try:
                 self.session.specialize()

@@ -17,9 +17,11 @@ from aot_tune.commands.dry_run import dry_run
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
 from aot_tune.errors import program
+from aot_tune.pipeline.calibration import remember
 from aot_tune.runs import WORK_DIR
 from aot_tune.runs.log import append_run
 from aot_tune.runs.progress import eprint
+from aot_tune.runs.stats import process_age_s
 from aot_tune.runs.summary import end_to_end, run_record, run_summary
 
 #: doit's options, as tune means them (the help text matches the README).
@@ -88,7 +90,7 @@ class TuneCommand(HelpOption, Run):
             return dry_run(self.loader, args)
         self.loader.kernel_names = tuple(args)
         work_dir = Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR
-        started, result = time.time(), None
+        started, launched, result = time.time(), process_age_s(), None
         reporter = None
         if params["reporter"] == "console" and not isinstance(params["outfile"], str):
             reporter = params["reporter"] = TuneReporter(params["outfile"],
@@ -107,6 +109,7 @@ class TuneCommand(HelpOption, Run):
                     session.stop_compiles()
                     session.executors.close()
                     stats = session.ended()
+                    stats.launch_s = launched
                     summary = run_summary(stats)
                     if summary:
                         eprint(summary + "\n" + end_to_end(stats, time.time() - started))
@@ -115,6 +118,7 @@ class TuneCommand(HelpOption, Run):
                     run = run_record(stats, started, time.time(), ok=result == 0)
                     if run is not None:
                         append_run(work_dir, run)
+                        remember(run)  # the machine's history, which forecasts other projects' runs
         return result
 
 

@@ -1,19 +1,27 @@
-"""The cost model: how long a ``doit tune`` will take, read off its plan and what earlier runs
-left in this tree, before anything runs (``doit tune --dry-run`` prints it; a real run records
-it beside its wall time and its progress lines take their estimate of what is left from it).
+"""The cost model: how long a ``doit tune`` will take, from the command's start to its end, read
+off its plan, what earlier runs left in this tree and what this machine's runs of other projects
+showed, before anything runs (``doit tune --dry-run`` prints it; a real run records it beside its
+wall time, and its progress lines start their estimate of what is left from it).
 
 A run is four parts, added up:
 
-* **start-up**: the compile workers' start-up (the fork server's torch and triton imports) when
-  anything is compiled or a launch's specialization captured (0.5 ms a launch, split over the
-  compile workers); else the fork server's imports and then the device workers' start-up (they
-  fork from it).
+* **start-up**: the compile workers' start-up (the fork server's torch and triton imports, then
+  each worker's import of the kernels' modules) when anything is compiled or a launch's
+  specialization captured (0.5 ms a launch, split over the compile workers); else the fork
+  server's imports, then the device workers' start-up (they fork from it) and their import of
+  the kernels' modules. That import is estimated from the modules' source, never imported here
+  (aot_tune.build.imports: a kernel library's is mostly its Triton-jitted functions and any
+  ``torch.compile`` at import), and scaled by how this machine's earlier imports compared with
+  their estimates.
 * **compile**: each stale compile's seconds, list-scheduled longest first over the ``-n``
   workers (as the compile stage runs them). A compile expects its recorded seconds from an
   earlier run (any fingerprint: an edit changes a compile's time far less than its config does),
   else its ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else the
-  typical compile (``build.compile.expected_compile_seconds``, which the compile stage orders
-  by too); the compile deadline (``build.deadline``) caps a straggler. A launch whose
+  typical compile of a kernel of its code's size (the calibrated seconds per KB of the jitted
+  function and the jitted functions it calls, aot_tune.build.imports.kernel_bytes: a kernel's
+  compiles follow its size from kernel to kernel), spread over its configs by their estimates
+  (``build.compile.expected_compile_seconds``, which the compile stage orders by too); the
+  compile deadline (``build.deadline``) caps a straggler. A launch whose
   specialization is not captured yet is assumed to specialize as a captured launch of the same
   class (its dtype, and which ints are 1 or divisible by 16: what Triton specializes on) does,
   so it shares that compile; else each class is one compile per config and target.
@@ -26,24 +34,36 @@ A run is four parts, added up:
   a config that failed to compile every time before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
-  start once the first compile landed and the device workers are up, and end no sooner than the
+  start once the first compile landed and the device workers are up (with the kernels' modules
+  imported), and end no sooner than the
   last compile plus one measurement per bench (a random draw under a configs budget waits for
   all its compiles). An adaptive search compiles on demand (aot_tune.pipeline.searching): per
   target, the distinct candidates not compiled yet that its stale benches needing the target
   reach if each drew the configs it is expected to measure at random (``_on_demand``), each at
   their mean predicted seconds; they are list-scheduled over the compile workers and added to
   the bench part (the searches wait for them).
-* **rest**: planning, merge and generate.
+* **rest**: the command's own start (its imports, reading the manifest), planning, merge and
+  generate; and where a kernel with work exports through the project's own exporter
+  (``exports: [{to: module:function}]``), the tuning process's import of it at the merge: torch
+  and triton where it reaches them (a share of the fork server's start-up, ``MAIN_*_SHARE``),
+  then its modules' estimate, and the process's longer exit with them loaded.
 
-The overheads and start-ups are calibrated from the last runs on the same backend in
-``.aot_tune/runs.json`` (medians; ``calibrate``), else the documented defaults below. Compiles
-failing for the first time, faults and hangs, several waves per bench and the surrogate's fits
-are not modelled.
+The overheads, start-ups, a compile's typical seconds (per KB of code, else per compile) and the
+import's scale are calibrated part by part (aot_tune.pipeline.calibration): from the last runs on
+the same backend in
+``.aot_tune/runs.json`` (medians), else from this machine's history of runs of any project
+(aot_tune.runs.history, the closest comparable runs: same backend, device and CPU count, then
+toolchain and ``-n``), else the documented defaults. A run's progress lines then correct the
+prediction by the run's own compiles and measurements as they finish (aot_tune.runs.progress).
+Compiles failing for the first time, faults and hangs, several waves per bench, the surrogate's
+fits, and processes slowing each other on a machine with fewer cores than processes are not
+modelled (the machine's history takes in what the last does on average).
 """
 from __future__ import annotations
 
 import heapq
 import math
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,107 +71,33 @@ from dataclasses import dataclass, field
 from aot_tune.build.compile import (CompileHistory, compile_time_estimate, expected_compile_seconds,
                                     read_compile_result, recorded_compile_seconds)
 from aot_tune.build.deadline import CompileDeadline
+from aot_tune.build.imports import import_cost, kernel_bytes
 from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
-from aot_tune.manifest import BenchSettings, SearchSettings
+from aot_tune.manifest import SearchSettings
+from aot_tune.pipeline.calibration import (CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S,  # noqa: F401 - the model's
+                                           DEFAULT_DEVICE_STARTUP_S, DEFAULT_ENGINE_S, DEFAULT_REST_S,  # defaults, here too
+                                           DEFAULT_STARTUP_S, Calibration, calibrate, observed)
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
-from aot_tune.runs.log import RunRecord, time_split
+from aot_tune.runs.history import HistoryEntry, MachineKey
+from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.search.strategies import BATCH, FINALISTS, INITIAL_DESIGN, SCREEN_SHARE
 from aot_tune.search import ranked
 
-#: Defaults where no earlier run calibrates them (``calibrate``), by backend. Start-up: the fork
-#: server's imports took about 3 s on a 2-core CPU and 9-14 s on the H100 host; device workers
-#: start in 0.3 s forked on a GPU host, about 2 s spawned for the interpreter.
-DEFAULT_STARTUP_S = {"cuda": 10.0, "interpreter": 4.0}
-DEFAULT_DEVICE_STARTUP_S = {"cuda": 1.0, "interpreter": 2.0}
-#: A compile of a kernel with nothing recorded: 0.1-0.6 s for this repository's small kernels on a
-#: 2-core CPU; on the H100 host, 16 at a time, 0.37 s a compile over the paper's GEMM space and
-#: 0.31 s over this repository's manifest.
-DEFAULT_COMPILE_S = 0.35
-#: A measurement beyond its timed launches: on a GPU, the check, probe, capture and load on top
-#: of ``warmup_ms`` (about 5 ms on the H100 host); on the interpreter, the whole measurement.
-DEFAULT_ENGINE_S = {"cuda": 0.004, "interpreter": 0.1}
-#: A batch's input sets and the bench task's own work around it: 5 ms a batch on the H100 host
-#: over the 832 batches of a budgeted run of the paper's whole GEMM benchmark.
-DEFAULT_BATCH_S = {"cuda": 0.005, "interpreter": 0.1}
-#: Planning, merge and generate: 0.1-0.6 s for this repository's kernels.
-DEFAULT_REST_S = 0.5
 #: Timed launches fill a bit over ``rep_ms`` (22.1 ms at 20 on the H100 host).
 TIMED_STRETCH = 1.1
 CAPTURE_S = 0.0005
-#: Earlier runs a calibration takes the median of.
-CALIBRATION_RUNS = 5
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """The model's overheads from earlier runs on one backend; None where no run told."""
-
-    backend: str
-    runs: int = 0
-    startup_s: float | None = None
-    device_startup_s: float | None = None
-    compile_s: float | None = None
-    engine_s: float | None = None
-    batch_s: float | None = None
-    rest_s: float | None = None
-
-    def startup(self) -> float:
-        return _known(self.startup_s, DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
-
-    def device_startup(self) -> float:
-        return _known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
-
-    def engine(self, settings: BenchSettings) -> float:
-        if self.engine_s is not None:
-            return self.engine_s
-        if self.backend == "cuda":
-            return settings.warmup_ms / 1e3 + DEFAULT_ENGINE_S["cuda"]
-        return DEFAULT_ENGINE_S.get(self.backend, DEFAULT_ENGINE_S["interpreter"])
-
-    def batch(self) -> float:
-        return _known(self.batch_s, DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
-
-
-def calibrate(runs: Sequence[RunRecord], backend: str) -> Calibration:
-    """The medians of what the last ``CALIBRATION_RUNS`` successful logged runs on ``backend``
-    observed (``observed``)."""
-    told = [seen for seen in map(observed, [r for r in runs if r.backend == backend and r.ok]) if seen]
-    told = told[-CALIBRATION_RUNS:]
-    return Calibration(backend, len(told), **{name: _median([seen[name] for seen in told if name in seen])
-                                              for name in CALIBRATED})
-
-
-#: What a logged run tells the model (``Calibration``'s fields).
-CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "engine_s", "batch_s", "rest_s")
-
-
-def observed(run: RunRecord) -> dict[str, float]:
-    """What one logged run tells of ``CALIBRATED``: the workers' start-up (``specialize
-    start-up``), the device workers' start-up, seconds per compile, a measurement's device
-    seconds beyond its timed launches, a batch's own seconds (the device held outside the
-    worker's batches, and their input sets), and the time no stage covers (``time_split``'s
-    other). Nothing from an entry that is not a run this version logs."""
-    try:
-        seconds = {name: float(value) for name, value in run.worker_seconds.items()}
-        found = {"startup_s": seconds.get("specialize start-up") or seconds.get("fork server start-up", 0.0),
-                 "device_startup_s": seconds.get("device start-up", 0.0),
-                 "rest_s": float(time_split(run)["other"])}
-        compiled = sum(int(n) for n in run.compile.values())
-        if compiled and seconds.get("compiling"):
-            found["compile_s"] = seconds["compiling"] / compiled
-        measured = sum(int(n) for k, n in run.bench.items() if k != "invalid") + \
-            sum(int(n) for n in run.baselines.values())
-        batches, inputs = seconds.get("device batches", 0.0), seconds.get("device inputs", 0.0)
-        if measured and batches:
-            timed = seconds.get("measured", 0.0) + seconds.get("measured baselines", 0.0)
-            found["engine_s"] = max(0.0, batches - inputs - timed) / measured
-            if run.batches:
-                found["batch_s"] = max(0.0, seconds.get("device held", 0.0) - batches + inputs) / int(run.batches)
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
-        return {}
-    return {name: value for name, value in found.items() if value > 0 or name == "rest_s"}
+#: The tuning process's import of torch and triton, where its exporters reach them, as a share of
+#: the fork server's start-up (which also imports torch's dynamo, hashes Triton's library and warms
+#: meta tensors up): 1.55 s of 4.4-4.9 s on a 2-core CPU; and of torch's dynamo, which a
+#: ``torch.compile`` at import needs and the workers hold already: 1.3 s more.
+MAIN_TOOLCHAIN_SHARE = 0.35
+MAIN_DYNAMO_SHARE = 0.3
+#: A process that imported torch, triton and a kernel library takes a quarter as long again to
+#: exit (on a 2-core CPU: 0.5 s after torch's 1.6 s, 0.9 s after torch, dynamo and triton's 3.4 s,
+#: 1.2 s after fla-core's 6.4 s): the tuning process does, after its exporters' imports.
+MAIN_EXIT_SHARE = 0.25
 
 
 @dataclass
@@ -180,6 +126,7 @@ class KernelWork:
     on_demand_candidates: int = 0  # compiles of those searches' candidates not compiled yet
     to_capture: int = 0
     devices: dict[str, DeviceWork] = field(default_factory=dict)
+    code_kb: float = 0.0  # the kernel's code (aot_tune.build.imports.kernel_bytes); 0: not found
 
 
 @dataclass
@@ -200,6 +147,19 @@ class Forecast:
     compile_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
     #: bench task name -> its predicted device seconds
     bench_seconds: dict[str, float] = field(default_factory=dict)
+    #: the kernel modules' import in each worker (calibrated), and the tuning process's own for
+    #: the project's exporters (with torch and triton where they reach them)
+    import_s: float = 0.0
+    main_import_s: float = 0.0
+    #: when the device workers are ready for a first bench, from the compiles' start (their
+    #: start-up and import), the benches' device seconds spread over the devices, and what the
+    #: benches add after the last compile however early they were: the progress lines' estimate
+    #: of the run's end (aot_tune.runs.progress.RunClock)
+    device_wait_s: float = 0.0
+    device_wall_s: float = 0.0
+    bench_tail_s: float = 0.0
+    #: the per-unit values the parts took (a run logs them: aot_tune.pipeline.calibration.remember)
+    estimates: dict[str, float] = field(default_factory=dict)
 
     @property
     def predicted_s(self) -> float:
@@ -222,16 +182,21 @@ class Forecast:
 
 
 def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence[RunRecord] = (),
-             deadline: CompileDeadline = CompileDeadline()) -> Forecast:
+             deadline: CompileDeadline = CompileDeadline(), history: Sequence[HistoryEntry] = ()) -> Forecast:
     """Predict the run of ``plan`` on ``compile_jobs`` compile workers, calibrated by ``runs``
-    (reads the caches and earlier outputs; runs and writes nothing)."""
-    calibration = calibrate(runs, plan.device.backend)
+    (this project's) and ``history`` (the machine's: aot_tune.runs.history) (reads the caches,
+    earlier outputs and the kernels' sources; runs and writes nothing)."""
+    key = MachineKey(plan.device.backend, plan.device.key,
+                     f"triton {plan.toolchain.triton}, torch {plan.toolchain.torch}", os.cpu_count() or 1,
+                     max(1, compile_jobs))
+    calibration = calibrate(runs, plan.device.backend, history, key)
     result = Forecast(calibration, [], max(1, compile_jobs), {d.key: max(1, d.count) for d in plan.devices})
     exhaustive: dict[str, list[tuple[float, int]]] = {}  # device -> (seconds, measurements) per stale bench
+    warmups: list[tuple[float, int]] = []  # (warm-up seconds, measurements) per stale bench
     budgeted: dict[str, list[float]] = {}
     for kp in plan.kernels:
         history = CompileHistory(plan.work_dir / "compile" / kp.spec.name)
-        work = KernelWork(kp.spec.name, kp.targets)
+        work = KernelWork(kp.spec.name, kp.targets, code_kb=kernel_bytes(plan.manifest.root, kp.spec.kernel) / 1e3)
         result.kernels.append(work)
         earlier = _earlier_seconds(staleness, kp) if calibration.backend != "cuda" else {}
         candidates: dict[str, list[float]] = {}  # target -> the on-demand candidates' predicted seconds
@@ -257,6 +222,7 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
             device_work.configs.append(configs)
             device_work.device_s += device_s
             device_work.search = "" if unit.search.exhaustive else unit.search.describe()
+            warmups.append((kp.spec.bench.warmup_ms / 1e3, measured))
             result.bench_seconds[unit.name] = device_s
             if unit.search.exhaustive:
                 exhaustive.setdefault(unit.device, []).append((device_s, measured))
@@ -269,8 +235,38 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
             result.on_demand += seconds
             work.on_demand += len(seconds)
         work.on_demand_candidates = sum(len(s) for t, s in candidates.items() if expected.get(t))
+    if not result.idle:
+        _imports(plan, staleness, result)
+        if sum(n for _, n in warmups):
+            result.estimates["warmup_s"] = sum(w * n for w, n in warmups) / sum(n for _, n in warmups)
     _assemble(result, exhaustive, budgeted)
     return result
+
+
+def _imports(plan: Plan, staleness: Staleness, result: Forecast) -> None:
+    """The imports of the kernels with work (aot_tune.build.imports): the workers' of their
+    modules, and the tuning process's of their own exporters (which a merge runs), with torch
+    and triton first where those reach them."""
+    calibration = result.calibration
+    busy = [kp for kp in plan.kernels if kp.compile_only or any(not staleness.bench_done(kp, u)
+                                                                for u in kp.bench_units)]
+    refs = {ref for kp in busy for ref in (kp.spec.kernel, kp.spec.launch, kp.spec.inputs, kp.spec.reference,
+                                           kp.spec.vendor) if ref}
+    workers = import_cost(plan.manifest.root, sorted({ref.partition(":")[0] for ref in refs}))
+    exporters = sorted({e.to.partition(":")[0] for kp in busy for e in kp.spec.exports if ":" in e.to})
+    main = import_cost(plan.manifest.root, exporters) if exporters else None
+    result.import_s = calibration.imports(workers.seconds())
+    if main is not None:
+        toolchain = MAIN_TOOLCHAIN_SHARE * main.toolchain + MAIN_DYNAMO_SHARE * (main.toolchain and main.torch_compile)
+        result.main_import_s = (calibration.imports(main.seconds()) + calibration.startup() * toolchain) * \
+            (1 + MAIN_EXIT_SHARE)
+    compiling = [(k.code_kb, k.compiles_stale + k.on_demand) for k in result.kernels if k.compiles_stale + k.on_demand]
+    kb = {"compile_kb": sum(c * n for c, n in compiling) / sum(n for _, n in compiling)} \
+        if compiling and all(c > 0 for c, _ in compiling) else {}  # the compiles' mean, where every kernel's is known
+    result.estimates = {"startup_s": calibration.startup(), "device_startup_s": calibration.device_startup(),
+                        "compile_s": calibration.compile(), **kb, "batch_s": calibration.batch(),
+                        "rest_s": calibration.rest(), "import_s": workers.seconds(),
+                        "import_calibrated_s": result.import_s, "main_import_s": result.main_import_s}
 
 
 def may_have_work(plan: Plan, staleness: Staleness) -> bool:
@@ -289,12 +285,15 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
     compile_wall, first_landing = list_schedule(result.compiles, result.compile_jobs)
     if result.compiles or result.on_demand or capture:
         # the captures are split over the compile workers (aot_tune.pipeline.specializing)
-        result.startup_s = calibration.startup() + capture * CAPTURE_S / result.compile_jobs
-        # device workers start with the first compile (after a capture), else with the run
-        device_wait = calibration.device_startup() if capture else \
-            max(0.0, calibration.device_startup() - calibration.startup())
+        # each worker imports the kernel modules before its first capture or compile
+        result.startup_s = calibration.startup() + result.import_s + capture * CAPTURE_S / result.compile_jobs
+        # device workers start with the first compile (after a capture), else with the run, and
+        # import the kernel modules with their first inputs
+        device_wait = (calibration.device_startup() if capture else
+                       max(0.0, calibration.device_startup() - calibration.startup())) + result.import_s
     elif result.bench_seconds:  # the device workers wait for the fork server's imports first
-        result.startup_s, device_wait = calibration.startup() + calibration.device_startup(), 0.0
+        result.startup_s = calibration.startup() + calibration.device_startup() + result.import_s
+        device_wait = 0.0
     else:
         return
     bench_end = 0.0
@@ -308,10 +307,15 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
         tail = min(math.ceil(len(tasks) / count) * per_measurement, wall) if result.compiles else 0.0
         bench_end = max(bench_end, max(first_landing, device_wait) + wall,
                         compile_wall + sum(searches) / count + tail)
+        result.bench_tail_s = max(result.bench_tail_s, sum(searches) / count + tail)
+        result.device_wall_s = max(result.device_wall_s, wall)
     result.compile_s = compile_wall
     # the benches wait for their on-demand compiles (side by side, on every compile worker)
-    result.bench_s = max(0.0, bench_end - compile_wall) + list_schedule(result.on_demand, result.compile_jobs)[0]
-    result.rest_s = _known(calibration.rest_s, DEFAULT_REST_S)
+    on_demand = list_schedule(result.on_demand, result.compile_jobs)[0]
+    result.bench_s = max(0.0, bench_end - compile_wall) + on_demand
+    result.bench_tail_s += on_demand
+    result.device_wait_s = device_wait
+    result.rest_s = calibration.rest() + result.main_import_s
 
 
 def list_schedule(seconds: Sequence[float], lanes: int) -> tuple[float, float]:
@@ -383,7 +387,7 @@ def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: CompileHisto
     found = {**on_demand, **stale}
     seconds = expected_compile_seconds(
         [compile_time_estimate(found[k][0].as_dict(), kp.spec.compile_cost) for k in keys],
-        [found[k][1] for k in keys], _known(calibration.compile_s, DEFAULT_COMPILE_S))
+        [found[k][1] for k in keys], calibration.compile(work.code_kb))
     caps = {target: deadline.seconds([s for k, s in zip(keys, seconds) if k[0] == target])
             for target in {k[0] for k in keys}}
     return [((k[0], k[2]), min(s, caps[k[0]]), k not in stale) for k, s in zip(keys, seconds)]

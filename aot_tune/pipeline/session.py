@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
+from aot_tune.build import loading
 from aot_tune.errors import StageFailure
 from aot_tune.pipeline import specializing
 from aot_tune.pipeline.benching import Benches
@@ -17,7 +18,7 @@ from aot_tune.pipeline.compiling import Compiles
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.publishing import Tables
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.runs.progress import Progress
+from aot_tune.runs.progress import Progress, RunClock
 from aot_tune.runs.stats import RunStats
 from aot_tune import forking
 from aot_tune.workers.pools import Executors
@@ -42,6 +43,8 @@ class TuneSession:
         executors.device_imports = tuple((str(plan.manifest.root), ref) for kp in plan.kernels
                                          for ref in (kp.spec.kernel, kp.spec.launch, kp.spec.inputs, kp.spec.reference)
                                          if ref)
+        self._imported_before = loading.IMPORTED["seconds"]  # this process's imports of project modules
+        self._clock: RunClock | None = None  # the run's estimate of what is left, from the forecast
 
     @property
     def progress(self) -> dict[str, Progress]:
@@ -54,7 +57,11 @@ class TuneSession:
         if self.forecast is not None:
             expected = {u.name: s for u in units if (s := self.forecast.task_seconds(u)) is not None}
         lanes = self.executors.compile_jobs if stage == "compile" else sum(d.count for d in self.plan.devices)
-        self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes)
+        if self.forecast is not None and self._clock is None:
+            forecast = self.forecast
+            self._clock = RunClock(forecast.bench_s, forecast.rest_s, forecast.device_wait_s, forecast.bench_tail_s,
+                                   forecast.device_wall_s)
+        self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes, run=self._clock)
 
     def specialize(self) -> None:
         """Part of planning (aot_tune.pipeline.specializing), before doit gets the tasks. Where a
@@ -112,4 +119,9 @@ class TuneSession:
         stats.fork_server_ready_at = forking.ready_at
         if self.forecast is not None:
             stats.predicted_s, stats.predicted = self.forecast.predicted_s, self.forecast.parts()
+            stats.estimates = dict(self.forecast.estimates)
+        stats.toolchain = f"triton {self.plan.toolchain.triton}, torch {self.plan.toolchain.torch}"
+        main_imports = loading.IMPORTED["seconds"] - self._imported_before
+        if main_imports > 0:
+            stats.seconds["main imports"] += main_imports
         return stats

@@ -23,7 +23,11 @@ RUNS_KEPT = 50
 class RunRecord:
     """One ``doit tune`` that ran a stage: its wall time, each stage's span (seconds from its start),
     worker seconds, outcomes by kind, the batches benches sent to device workers, and what the
-    run predicted at its start (aot_tune.pipeline.forecast; None in runs logged before it)."""
+    run predicted at its start (aot_tune.pipeline.forecast; None in runs logged before it): the
+    parts, and the per-unit values the model took (``estimates``: a compile's typical seconds,
+    the kernel modules' import...). ``launch_s``: the command's own start before the run began
+    (its imports, reading the manifest), not in ``wall_s``; ``jobs``, ``cpus`` and ``toolchain``
+    key the run in the machine's history (aot_tune.runs.history)."""
 
     started_at: str
     wall_s: float
@@ -39,6 +43,11 @@ class RunRecord:
     batches: int = 0
     predicted_s: float | None = None
     predicted: dict[str, float] = field(default_factory=dict)  # start-up, compile, bench, rest
+    estimates: dict[str, float] = field(default_factory=dict)
+    launch_s: float = 0.0
+    jobs: int = 1
+    cpus: int = 0
+    toolchain: str = ""
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunRecord | None":

@@ -1,10 +1,21 @@
-"""Progress lines for long stages: done/total, elapsed and an estimate of what is left; and
-``eprint``, the run's other lines, on the real stderr like them (doit captures ``sys.stderr``).
+"""Progress lines for long stages: done/total, elapsed and an estimate of what is left, of the
+stage and of the whole run; and ``eprint``, the run's other lines, on the real stderr like them
+(doit captures ``sys.stderr``).
 
-With the run's prediction (aot_tune.pipeline.forecast) the estimate is the predicted seconds of
-the tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long the
-finished tasks took against their prediction: a bench stage whose first tasks waited for
-compiles no longer reads as slow. Without one it is elapsed / done x left.
+With the run's prediction (aot_tune.pipeline.forecast) a stage's estimate is the predicted seconds
+of its tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long
+its finished tasks took against their prediction, the kernel's own where any finished
+(``Progress.scale``: the first task of each lane is left out, since a worker's first compile also
+warms Triton up and a device's first bench imports the kernel's modules): a
+bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
+compiles twice as slow as predicted reads so after its first compiles. Without one it is
+elapsed / done x left.
+
+The run's estimate (``RunClock``) follows the stages as they overlap: while compiles are left,
+the later of the compile stage's estimate with what the benches add after the last compile, and
+the devices' predicted readiness and work (less the time gone since the compiles began), the
+tail scaled as the finished benches tell; then the rest (merge, generate, the exporters' imports:
+as predicted). Once the compiles are done, the bench stage's estimate and the rest.
 """
 from __future__ import annotations
 
@@ -18,10 +29,11 @@ MIN_INTERVAL_S = 2.0
 
 class Progress:
     """Thread-safe; prints at most every MIN_INTERVAL_S seconds, and always the last step.
-    ``expected``: the predicted seconds of each of the stage's tasks (by name), run ``lanes`` at a time."""
+    ``expected``: the predicted seconds of each of the stage's tasks (by name), run ``lanes`` at a
+    time; ``run``: the run's clock, whose estimate the line adds."""
 
     def __init__(self, stage: str, total: int, stream=None, expected: Mapping[str, float] | None = None,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, run: "RunClock | None" = None) -> None:
         self.stage = stage
         self.total = total
         self.done = 0
@@ -31,7 +43,10 @@ class Progress:
         self._lock = threading.Lock()
         self._expected = dict(expected or {})
         self._lanes = max(1, lanes)
-        self._took: dict[str, float] = {}  # finished tasks with a prediction -> their seconds
+        self._took: dict[str, float] = {}  # finished tasks with a prediction -> their seconds, in order
+        self.run = run
+        if run is not None:
+            run.stages[stage] = self
 
     def advance(self, note: str = "", task: str = "", seconds: float | None = None) -> None:
         """One task done; ``task`` and the ``seconds`` it took (its own, not its waits) tell the estimate."""
@@ -52,17 +67,88 @@ class Progress:
         text = f"[{self.stage}] {self.done}/{self.total} done, {_duration(elapsed)} elapsed"
         if 0 < self.done < self.total:
             text += f", about {_duration(self.left_s(elapsed))} left"
+            run = self.run.left_s() if self.run is not None else None
+            if run is not None:
+                text += f" (the run: about {_duration(run)})"
         return f"{text}  {note}" if note else text
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+    def left_now(self) -> float:
+        return self.left_s(time.monotonic() - self._start)
+
+    @property
+    def started(self) -> float:
+        """When the stage began (``time.monotonic()``)."""
+        return self._start
+
+    def scale(self, group: str | None = None) -> float:
+        """How long the finished tasks took against their prediction: their seconds over their
+        predicted seconds, without each lane's first task (a worker's first compile warms Triton
+        up, a device's first bench imports the kernel's modules); 1 until others finished. With
+        ``group`` (a task name's kernel), of that kernel's tasks where any finished: kernels are
+        mispredicted each their own way (a compile's seconds follow the kernel's code)."""
+        took = list(self._took.copy().items())[self._lanes:]  # another stage's line reads it too, unlocked
+        if group is not None and any(_group(task) == group for task, _ in took):
+            took = [(task, seconds) for task, seconds in took if _group(task) == group]
+        predicted = sum(self._expected[task] for task, _ in took)
+        spent = sum(seconds for _, seconds in took)
+        return spent / predicted if predicted > 0 and spent > 0 else 1.0
 
     def left_s(self, elapsed: float) -> float:
         """The estimate of the seconds left (see the module doc)."""
-        left = [s for task, s in self._expected.items() if task not in self._took]
+        took = self._took.copy()
+        left = [(task, s) for task, s in self._expected.items() if task not in took]
         if not self._expected or not left:
             return elapsed / max(self.done, 1) * (self.total - self.done)
-        predicted = sum(self._expected[task] for task in self._took)
-        took = sum(self._took.values())
-        scale = took / predicted if predicted > 0 and took > 0 else 1.0
-        return max(sum(left) / self._lanes, max(left)) * scale
+        scales = {group: self.scale(group) for group in {_group(task) for task, _ in left}}
+        seconds = [s * scales[_group(task)] for task, s in left]
+        return max(sum(seconds) / self._lanes, max(seconds))
+
+
+def _group(task: str) -> str:
+    """A task's kernel: ``compile:KERNEL:...``, ``bench:KERNEL:...``."""
+    return task.split(":", 2)[1] if task.count(":") >= 2 else ""
+
+
+class RunClock:
+    """The run's estimate of its seconds left, from its stages' ``Progress`` and its prediction
+    (aot_tune.pipeline.forecast's): ``bench_after_s`` what the benches add after the last compile,
+    ``rest_s`` the merge, generate and the rest. With ``device_wait_s`` (when the device workers
+    are ready for a first bench, from the compiles' start), ``tail_s`` (what the benches add after
+    the last compile however early they were) and ``device_wall_s`` (the benches' device seconds
+    over the devices), the benches end, as the forecast has them, at the later of the devices'
+    readiness and work, and the compiles' end and the tail; only the compiles' end is the run's
+    own estimate, not the forecast's."""
+
+    def __init__(self, bench_after_s: float, rest_s: float, device_wait_s: float | None = None,
+                 tail_s: float = 0.0, device_wall_s: float = 0.0) -> None:
+        self.bench_after_s = bench_after_s
+        self.rest_s = rest_s
+        self.device_wait_s = device_wait_s
+        self.tail_s = tail_s
+        self.device_wall_s = device_wall_s
+        self.stages: dict[str, Progress] = {}
+
+    def left_s(self) -> float | None:
+        """None before any stage has a task to count."""
+        compiles, benches = self.stages.get("compile"), self.stages.get("bench")
+        bench_scale = benches.scale() if benches is not None else 1.0
+        if compiles is not None and compiles.total and not compiles.finished:
+            compiled = compiles.left_now()
+            if benches is None or not benches.total or benches.finished:
+                return compiled + self.rest_s
+            if self.device_wait_s is None:
+                return compiled + self.bench_after_s * bench_scale + self.rest_s
+            since = time.monotonic() - compiles.started
+            # as predicted: a bench that finished early may have paid the device's one-time import
+            devices = self.device_wait_s + self.device_wall_s - since
+            return max(compiled + self.tail_s * bench_scale, devices) + self.rest_s
+        if benches is not None and benches.total and not benches.finished:
+            return benches.left_now() + self.rest_s
+        return None
 
 
 def _duration(seconds: float) -> str:

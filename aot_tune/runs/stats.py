@@ -3,6 +3,7 @@ a record of its own so that the stages write it and the summary, the run log and
 read it, none of them the run's session."""
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,6 +44,9 @@ class RunStats:
     fork_server_ready_at: float | None = None
     predicted_s: float | None = None  # what the run predicted at its start (None: nothing)
     predicted: dict[str, float] = field(default_factory=dict)
+    estimates: dict[str, float] = field(default_factory=dict)  # the per-unit values the prediction took
+    toolchain: str = ""  # "triton 3.9.0, torch 2.13.0"
+    launch_s: float = 0.0  # the command's start before the run began
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def span(self, stage: str, start: float, end: float) -> None:
@@ -55,3 +59,14 @@ class RunStats:
     def timed_s(self) -> float:
         """The seconds of timed kernel launches, the configs' and the baselines'."""
         return self.seconds["measured"] + self.seconds["measured baselines"]
+
+
+def process_age_s() -> float:
+    """How long ago this process started (its interpreter's start, imports, the manifest read before
+    a run begins); 0.0 where the system does not tell (only Linux's /proc is read)."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            started = int(stat.read().rpartition(")")[2].split()[19]) / os.sysconf("SC_CLK_TCK")
+            return max(0.0, float(uptime.read().split()[0]) - started)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0

@@ -2,6 +2,7 @@
 lines and the run log's record (aot_tune.runs.log)."""
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 
 from aot_tune.runs.log import RunRecord
@@ -21,7 +22,9 @@ def run_record(stats: RunStats, started: float, ended: float, ok: bool) -> RunRe
         compile=dict(stats.compile_status), bench=dict(stats.bench_status), baselines=dict(stats.baseline_status),
         batches=stats.batches,
         predicted_s=round(stats.predicted_s, 3) if stats.predicted_s is not None else None,
-        predicted=dict(stats.predicted),
+        predicted=dict(stats.predicted), estimates={k: round(v, 4) for k, v in stats.estimates.items()},
+        launch_s=round(stats.launch_s, 3), jobs=stats.compile_jobs, cpus=os.cpu_count() or 1,
+        toolchain=stats.toolchain,
     )
 
 

@@ -106,3 +106,19 @@ def test_the_real_run_records_the_prediction_the_dry_run_printed(project):
     assert "  bench    1 of 3 tasks on interpreter, 2 measurements (2 configs x 1 shape)" in grown.stdout
     assert "  compile  2 of about 4 stale (sm90); 2 guessed: launches not captured yet" in grown.stdout
     assert grown.stdout.splitlines()[-1].endswith("(calibrated from 1 earlier run on interpreter in .aot_tune/runs.json)")
+
+
+def test_a_real_run_joins_the_machines_history_which_forecasts_a_fresh_project(tmp_path, monkeypatch):
+    from aot_tune.runs.history import read_history
+
+    history = tmp_path / "cache" / "history.json"
+    monkeypatch.setenv("AOT_TUNE_HISTORY", str(history))
+    tune(make_project(tmp_path / "first", MANIFEST), "-n", "2")
+    (entry,) = read_history(history)
+    assert (entry.key.backend, entry.key.device, entry.key.jobs) == ("interpreter", "interpreter", 2)
+    assert entry.observed["startup_s"] > 0 and entry.observed["compile_s"] > 0 and entry.predicted["wall_s"] > 0
+    fresh = make_project(tmp_path / "second", MANIFEST)  # no .aot_tune/: only the machine's history tells
+    assert dry_run(fresh).stdout.splitlines()[-1].endswith(
+        "(calibrated from 1 run in the machine's history (this machine, device, toolchain and -n))")
+    monkeypatch.setenv("AOT_TUNE_HISTORY", "off")
+    assert "uncalibrated" in dry_run(fresh).stdout.splitlines()[-1]

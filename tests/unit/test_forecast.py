@@ -74,11 +74,16 @@ def test_known_compiles_and_bench_settings_add_up_to_the_prediction(compiled_bef
     # the benches (2 x task on one GPU, from 2 s) end before the last compile at 4 s, plus one
     # measurement per bench of that compile's config
     tail = 2 * task / 3
-    assert predicted.startup_s == model.DEFAULT_STARTUP_S["cuda"]
+    # the fork server's imports, then each worker's import of the kernel's modules (kernels/vector_add.py)
+    assert 0 < predicted.import_s < 0.05
+    assert predicted.startup_s == model.DEFAULT_STARTUP_S["cuda"] + predicted.import_s
     assert predicted.compile_s == 4.0
-    assert predicted.bench_s == pytest.approx(tail)
+    assert predicted.bench_s == pytest.approx(tail) and predicted.bench_tail_s == pytest.approx(tail)
+    # the GPU workers fork from the server once it is up: ready with the kernel's modules imported
+    assert predicted.device_wait_s == pytest.approx(predicted.import_s) and predicted.device_wall_s == pytest.approx(2 * task)
     assert predicted.rest_s == model.DEFAULT_REST_S
-    assert predicted.predicted_s == pytest.approx(model.DEFAULT_STARTUP_S["cuda"] + 4.0 + tail + model.DEFAULT_REST_S)
+    assert predicted.predicted_s == pytest.approx(model.DEFAULT_STARTUP_S["cuda"] + predicted.import_s + 4.0 + tail
+                                                  + model.DEFAULT_REST_S)
 
 
 @pytest.mark.parametrize("budget, expected", [(1, 2), (2, 3)])
@@ -138,7 +143,7 @@ def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
     plan, staleness = plan_of(compiled_before)
     default = model.forecast(plan, staleness, 2)
     calibrated = model.forecast(plan, staleness, 2, [logged])
-    assert calibrated.startup_s == 3.0 and calibrated.rest_s == pytest.approx(6.0)
+    assert calibrated.startup_s == 3.0 + calibrated.import_s and calibrated.rest_s == pytest.approx(6.0)
     task = 3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s
     assert calibrated.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     assert calibrated.predicted_s != default.predicted_s
@@ -151,9 +156,14 @@ def test_uncaptured_launches_share_a_compile_per_specialization_class(tmp_path):
     predicted = model.forecast(plan, staleness, 2)
     (work,) = predicted.kernels
     assert (work.compiles_stale, work.compiles_total, work.estimated, work.to_capture) == (6, 6, 6, 9)
-    assert predicted.compiles == [model.DEFAULT_COMPILE_S] * 6  # nothing recorded: the typical compile
+    # nothing recorded: the typical compile on average, the larger blocks (a larger estimate) slower
+    assert sum(predicted.compiles) / 6 == pytest.approx(model.DEFAULT_COMPILE_S)
+    by_block = {key[2]: seconds for key, seconds in predicted.compile_seconds.items()}
+    blocks = {c.id: c.as_dict()["BLOCK_SIZE"] for c in plan.kernels[0].spec.space.configs_for({})}
+    assert sorted(by_block, key=by_block.get) == sorted(blocks, key=blocks.get)
     # the 9 captures are split over the 2 compile workers, after their start-up
-    assert predicted.startup_s == pytest.approx(predicted.calibration.startup() + 9 * model.CAPTURE_S / 2)
+    assert predicted.startup_s == pytest.approx(predicted.calibration.startup() + predicted.import_s
+                                                + 9 * model.CAPTURE_S / 2)
     assert model.specialization_class(launch_key((300, 1, 4096), "float16")) == "float16:_x1x16"
 
 
@@ -220,7 +230,8 @@ def test_without_stale_compiles_the_start_up_is_the_fork_servers_and_the_device_
     plan, staleness = plan_of(compiled_before)
     predicted = model.forecast(plan, staleness, 2)
     assert predicted.compiles == [] and predicted.kernels[0].compiles_stale == 0 and not predicted.idle
-    assert predicted.startup_s == model.DEFAULT_STARTUP_S["cuda"] + model.DEFAULT_DEVICE_STARTUP_S["cuda"]
+    assert predicted.startup_s == model.DEFAULT_STARTUP_S["cuda"] + model.DEFAULT_DEVICE_STARTUP_S["cuda"] + \
+        predicted.import_s
     assert predicted.compile_s == 0.0
     assert predicted.bench_s == pytest.approx(sum(predicted.bench_seconds.values()))  # one GPU, one task after another
 

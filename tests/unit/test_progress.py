@@ -93,15 +93,18 @@ def test_long_durations(clock) -> None:
 
 def test_with_a_prediction_the_estimate_is_the_predicted_seconds_left(clock) -> None:
     """A bench stage whose first task waited a minute for compiles, then took its predicted 1 s:
-    elapsed / done would say 3 minutes are left; the tasks left are predicted at 4 s on 2 devices."""
+    elapsed / done would say 3 minutes are left; the tasks left are predicted at 5 s on 2 devices."""
     stream = io.StringIO()
-    p = Progress("bench", 4, stream=stream, expected={"a": 1.0, "b": 1.0, "c": 2.0, "d": 1.0}, lanes=2)
+    p = Progress("bench", 5, stream=stream, expected={"a": 1.0, "b": 1.0, "c": 2.0, "d": 1.0, "e": 1.0}, lanes=2)
     clock.now += 61.0
     p.advance(task="a", seconds=1.0)
-    assert lines(stream) == ["[bench] 1/4 done, 1m01s elapsed, about 2.0s left"]  # max(4 s / 2, the longest 2 s)
+    assert lines(stream) == ["[bench] 1/5 done, 1m01s elapsed, about 2.5s left"]  # max(5 s / 2, the longest 2 s)
     clock.now += 2.0
-    p.advance(task="b", seconds=2.0)  # the finished tasks took 1.5x their prediction: so will the others
-    assert lines(stream)[-1] == "[bench] 2/4 done, 1m03s elapsed, about 3.0s left"
+    p.advance(task="b", seconds=5.0)  # the other device's first: it also imported the kernel's modules
+    assert lines(stream)[-1] == "[bench] 2/5 done, 1m03s elapsed, about 2.0s left"
+    clock.now += 3.0
+    p.advance(task="c", seconds=3.0)  # 1.5x its prediction: so will the others
+    assert lines(stream)[-1] == "[bench] 3/5 done, 1m06s elapsed, about 1.5s left"
 
 
 def test_without_a_prediction_for_the_tasks_left_the_estimate_is_elapsed_per_task(clock) -> None:
@@ -110,3 +113,93 @@ def test_without_a_prediction_for_the_tasks_left_the_estimate_is_elapsed_per_tas
     clock.now += 10.0
     p.advance(task="a", seconds=0.5)
     assert lines(stream) == ["[compile] 1/3 done, 10.0s elapsed, about 20.0s left"]
+
+
+def test_the_runs_estimate_converges_on_its_own_compiles(clock) -> None:
+    """100 compiles predicted at 0.35 s on 2 workers, then 3 s of benches after them and 4 s of
+    merge and the rest: the machine compiles at 0.7 s (twice the prediction), each worker's first
+    compile at 2.1 s. From 20% of the compiles on, the run's estimate is within 20% of what is left."""
+    stream = io.StringIO()
+    run = progress.RunClock(bench_after_s=3.0, rest_s=4.0)
+    compiles = Progress("compile", 100, stream=stream, expected={f"c{i}": 0.35 for i in range(100)}, lanes=2, run=run)
+    Progress("bench", 4, stream=stream, expected={f"b{i}": 0.5 for i in range(4)}, lanes=1, run=run)
+    lanes = [0.0, 0.0]  # when each worker is free
+    ends = []
+    for i in range(100):
+        lane = lanes.index(min(lanes))
+        took = 2.1 if i < 2 else 0.7
+        lanes[lane] += took
+        ends.append((lanes[lane], f"c{i}", took))
+    end_of_run = max(lanes) + 3.0 + 4.0
+    errors = []
+    for when, task, took in sorted(ends):
+        clock.now = 1000.0 + when
+        compiles.advance(task=task, seconds=took)
+        if compiles.done >= 20 and not compiles.finished:
+            errors.append(run.left_s() / (end_of_run - when) - 1)
+    assert errors and max(abs(e) for e in errors) < 0.2, (min(errors), max(errors))
+    assert "(the run: about " in lines(stream)[0]
+
+
+def test_once_the_compiles_are_done_the_run_waits_for_the_benches_and_the_rest(clock) -> None:
+    stream = io.StringIO()
+    run = progress.RunClock(bench_after_s=3.0, rest_s=4.0)
+    compiles = Progress("compile", 1, stream=stream, expected={"c": 1.0}, run=run)
+    benches = Progress("bench", 4, stream=stream, expected={n: 2.0 for n in "abcd"}, lanes=1, run=run)
+    assert run.left_s() == pytest.approx(1.0 + 3.0 + 4.0)  # nothing finished: as predicted
+    clock.now += 5.0
+    benches.advance(task="a", seconds=6.0)  # the first: the device imported the kernel's modules
+    assert run.left_s() == pytest.approx(1.0 + 3.0 + 4.0)
+    benches.advance(task="b", seconds=4.0)  # twice its prediction, while compiles ran
+    assert run.left_s() == pytest.approx(1.0 + 2 * 3.0 + 4.0)
+    compiles.advance(task="c", seconds=1.0)
+    assert run.left_s() == pytest.approx(2 * 2 * 2.0 + 4.0)  # the two benches left, at the finished one's pace
+    benches.advance(task="c", seconds=4.0)
+    benches.advance(task="d", seconds=4.0)
+    assert run.left_s() is None  # the stages are done: no line asks
+
+
+def test_each_workers_first_task_is_left_out_of_the_pace(clock) -> None:
+    p = Progress("compile", 10, stream=io.StringIO(), expected={f"c{i}": 1.0 for i in range(10)}, lanes=2)
+    p.advance(task="c0", seconds=3.0)
+    p.advance(task="c1", seconds=3.0)
+    assert p.scale() == 1.0  # the workers' first compiles warmed Triton up: the prediction stands
+    for i in range(2, 5):
+        p.advance(task=f"c{i}", seconds=2.0)
+    assert p.scale() == 2.0
+
+
+def test_each_kernels_tasks_go_at_that_kernels_pace(clock) -> None:
+    """GEMM compiles take twice their prediction, vector_add's theirs: what is left of each goes
+    at its own pace, and a kernel none of whose compiles finished at the stage's."""
+    expected = {**{f"compile:gemm:sm90:s:{i}": 1.0 for i in range(6)},
+                **{f"compile:add:sm90:s:{i}": 0.5 for i in range(4)}, "compile:softmax:sm90:s:0": 1.0}
+    p = Progress("compile", len(expected), stream=io.StringIO(), expected=expected, lanes=1)
+    for i in range(4):  # the first warms up, the next three take twice their prediction
+        p.advance(task=f"compile:gemm:sm90:s:{i}", seconds=2.0)
+    p.advance(task="compile:add:sm90:s:0", seconds=0.5)
+    assert p.scale("gemm") == 2.0 and p.scale("add") == 1.0
+    assert p.scale("softmax") == p.scale() == pytest.approx(6.5 / 3.5)
+    # gemm: 2 x 1 s x 2, add: 3 x 0.5 s x 1, softmax: 1 s at the stage's pace
+    assert p.left_s(10.0) == pytest.approx(4.0 + 1.5 + 6.5 / 3.5)
+
+
+def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness(clock) -> None:
+    """A short run: 2 compiles of 1 s left, devices predicted ready 6 s after the compiles began
+    (a spawned worker's start-up and its import of the kernel's modules), then 2 s of benches: the
+    benches end when the devices are ready and have measured, not 6 s after the last compile."""
+    stream = io.StringIO()
+    run = progress.RunClock(bench_after_s=6.5, rest_s=4.0, device_wait_s=6.0, tail_s=0.5, device_wall_s=2.0)
+    compiles = Progress("compile", 3, stream=stream, expected={f"c{i}": 1.0 for i in range(3)}, run=run)
+    Progress("bench", 4, stream=stream, expected={f"b{i}": 0.5 for i in range(4)}, run=run)
+    clock.now += 3.0
+    compiles.advance(task="c0", seconds=1.0)
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 3.0) + 4.0)
+    clock.now += 5.0  # the devices were due 2 s ago: the compiles left and their tail decide
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 8.0) + 4.0)
+    # two benches finished, the second at 3x its prediction (its batch built the device's first inputs):
+    # the tail goes at that pace, the devices' work stays as predicted
+    benches = run.stages["bench"]
+    benches.advance(task="b0", seconds=0.5)
+    benches.advance(task="b1", seconds=1.5)
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5 * 3, 6.0 + 2.0 - 8.0) + 4.0)

@@ -1,0 +1,234 @@
+"""The forecast's overheads and rates (aot_tune.pipeline.forecast), calibrated from earlier runs:
+first this project's own (``.aot_tune/runs.json``, the last ``CALIBRATION_RUNS`` on the backend),
+then this machine's runs of any project (aot_tune.runs.history, the last ``MACHINE_RUNS`` of the
+closest comparable key), then the documented defaults below; each part on its own, so a fresh
+project takes what this machine showed for other kernels and its own runs take over as they come.
+
+``observed`` reads what one logged run measured, per part; ``remember`` adds a finished run to the
+machine's history with what its forecast predicted beside it.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aot_tune.manifest import BenchSettings
+from aot_tune.runs.history import CLOSENESS, HistoryEntry, MachineKey, append_history, comparable
+from aot_tune.runs.log import RunRecord, time_split
+
+#: Defaults where no earlier run calibrates them, by backend. Start-up: the fork server's imports
+#: took about 3 s on a 2-core CPU and 9-14 s on the H100 host; device workers start in 0.3 s
+#: forked on a GPU host, about 2 s spawned for the interpreter.
+DEFAULT_STARTUP_S = {"cuda": 10.0, "interpreter": 4.0}
+DEFAULT_DEVICE_STARTUP_S = {"cuda": 1.0, "interpreter": 2.0}
+#: A compile of a kernel with nothing recorded: 0.1-0.6 s for this repository's small kernels on a
+#: 2-core CPU; on the H100 host, 16 at a time, 0.37 s a compile over the paper's GEMM space and
+#: 0.31 s over this repository's manifest.
+DEFAULT_COMPILE_S = 0.35
+#: A measurement beyond its timed launches: on a GPU, the check, probe, capture and load on top
+#: of ``warmup_ms`` (about 5 ms on the H100 host); on the interpreter, the whole measurement.
+DEFAULT_ENGINE_S = {"cuda": 0.004, "interpreter": 0.1}
+#: A batch's input sets and the bench task's own work around it: 5 ms a batch on the H100 host
+#: over the 832 batches of a budgeted run of the paper's whole GEMM benchmark.
+DEFAULT_BATCH_S = {"cuda": 0.005, "interpreter": 0.1}
+#: Planning, merge and generate, and the command's own start before the run: 0.1-0.6 s for this
+#: repository's kernels, plus about 1 s of doit's and aot_tune's imports.
+DEFAULT_REST_S = 1.5
+#: Earlier runs of this project a calibration takes the median of, and of the machine's history.
+CALIBRATION_RUNS = 5
+MACHINE_RUNS = 10
+#: Below this many predicted seconds an import's observed / predicted ratio is noise, not a rate.
+IMPORT_RATIO_FLOOR_S = 0.5
+
+#: What a logged run tells the model (``Calibration``'s fields that ``observed`` reads).
+CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "compile_s_per_kb", "engine_s", "engine_extra_s",
+              "batch_s", "rest_s")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The model's overheads from earlier runs on one backend; None where no run told.
+    ``compile_s_per_kb``: a compile's seconds per KB of the kernel's code (aot_tune.build.imports.
+    kernel_bytes), which tells a kernel never compiled here from the others' compiles;
+    ``import_ratio``: how long this machine's imports of kernel modules took against the static
+    estimate (aot_tune.build.imports); ``sources``: per field, where it came from."""
+
+    backend: str
+    runs: int = 0  # of this project's
+    startup_s: float | None = None
+    device_startup_s: float | None = None
+    compile_s: float | None = None
+    compile_s_per_kb: float | None = None
+    engine_s: float | None = None
+    engine_extra_s: float | None = None  # on a GPU, beyond the warm-up: comparable across warmup_ms
+    batch_s: float | None = None
+    rest_s: float | None = None
+    import_ratio: float | None = None
+    machine_runs: int = 0  # of the machine's history
+    closeness: int = 0  # of those (aot_tune.runs.history.MachineKey.closeness)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def startup(self) -> float:
+        return _known(self.startup_s, DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
+
+    def device_startup(self) -> float:
+        return _known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
+
+    def compile(self, kernel_kb: float = 0.0) -> float:
+        """A typical compile of a kernel of ``kernel_kb`` KB of code (0: not known), none of whose
+        configs is recorded: from this project's runs, per KB where they tell it, else per
+        compile; then likewise from the machine's history; else the default."""
+        for origin in ("project", "machine"):
+            if kernel_kb > 0 and self.compile_s_per_kb is not None and self.sources.get("compile_s_per_kb") == origin:
+                return self.compile_s_per_kb * kernel_kb
+            if self.compile_s is not None and self.sources.get("compile_s") == origin:
+                return self.compile_s
+        if kernel_kb > 0 and self.compile_s_per_kb is not None:  # a calibration made without sources
+            return self.compile_s_per_kb * kernel_kb
+        return _known(self.compile_s, DEFAULT_COMPILE_S)
+
+    def engine(self, settings: BenchSettings) -> float:
+        """A measurement's seconds beyond its timed launches; on a GPU, the kernel's
+        ``warmup_ms`` and what runs took beyond theirs where they told it."""
+        if self.backend == "cuda":
+            for origin in ("project", "machine", None):
+                if self.engine_extra_s is not None and self.sources.get("engine_extra_s") == origin:
+                    return settings.warmup_ms / 1e3 + self.engine_extra_s
+                if self.engine_s is not None and self.sources.get("engine_s") == origin:
+                    return self.engine_s
+        elif self.engine_s is not None:
+            return self.engine_s
+        if self.backend == "cuda":
+            return settings.warmup_ms / 1e3 + DEFAULT_ENGINE_S["cuda"]
+        return DEFAULT_ENGINE_S.get(self.backend, DEFAULT_ENGINE_S["interpreter"])
+
+    def batch(self) -> float:
+        return _known(self.batch_s, DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
+
+    def rest(self) -> float:
+        return _known(self.rest_s, DEFAULT_REST_S)
+
+    def imports(self, estimate_s: float) -> float:
+        """The seconds an import estimated at ``estimate_s`` takes on this machine."""
+        return estimate_s * _known(self.import_ratio, 1.0)
+
+    def described(self) -> str:
+        """Where the calibration came from, for the dry run's last line."""
+        told = []
+        if self.runs:
+            told.append(f"{self.runs} earlier run{'s' * (self.runs != 1)} on {self.backend} in .aot_tune/runs.json")
+        if self.machine_runs and any(s == "machine" for s in self.sources.values()):
+            told.append(f"{self.machine_runs} run{'s' * (self.machine_runs != 1)} in the machine's history "
+                        f"({CLOSENESS[self.closeness]})")
+        if not told:
+            return f"uncalibrated: no earlier run on {self.backend} in .aot_tune/runs.json or the machine's history"
+        return "calibrated from " + " and ".join(told)
+
+
+def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[HistoryEntry] = (),
+              key: MachineKey | None = None) -> Calibration:
+    """Per field, the median of what the last ``CALIBRATION_RUNS`` successful logged runs on
+    ``backend`` observed (``observed``); where none told, of the machine's comparable runs."""
+    told = [seen for seen in map(observed, [r for r in runs if r.backend == backend and r.ok]) if seen]
+    told = told[-CALIBRATION_RUNS:]
+    values: dict[str, float | None] = {name: _median([s[name] for s in told if name in s]) for name in CALIBRATED}
+    values["import_ratio"] = _ratio(told)
+    sources = {name: "project" for name, value in values.items() if value is not None}
+    machine: list[HistoryEntry] = []
+    closeness = 0
+    if history:
+        key = key or MachineKey(backend, "", "", 0, 0)
+        machine, closeness = comparable([h for h in history if h.key.backend == backend], key)
+        machine = machine[-MACHINE_RUNS:]
+        seen = [h.observed for h in machine]
+        for name in (*CALIBRATED, "import_ratio"):
+            if values[name] is None:
+                values[name] = _ratio(seen) if name == "import_ratio" else _median([s[name] for s in seen if name in s])
+                if values[name] is not None:
+                    sources[name] = "machine"
+    return Calibration(backend, len(told), **values, machine_runs=len(machine), closeness=closeness, sources=sources)
+
+
+def observed(run: RunRecord) -> dict[str, float]:
+    """What one logged run tells: the workers' start-up (``specialize start-up``), the device
+    workers' start-up, seconds per compile and per KB of the compiled kernels' code (the run's
+    ``compile_kb``: what the forecast took, over its compiles), a measurement's device seconds beyond its timed
+    launches (on a GPU also beyond the warm-up the run's benches asked for, ``engine_extra_s``:
+    comparable across projects' ``warmup_ms``), a batch's own seconds (the device held outside the worker's batches, and their
+    input sets, less the kernel modules' import the first one paid), the kernel modules' import
+    in the workers (the specialize step beyond the start-up and the captures) against its estimate
+    (``import_s``, ``import_estimate_s``), the tuning process's own imports for the exporters
+    (``main_import_s``), and the rest: the command's start before the run and the time no stage
+    covers (``time_split``'s other), less those imports. Nothing from an entry that is not a run
+    this version logs."""
+    try:
+        seconds = {name: float(value) for name, value in run.worker_seconds.items()}
+        startup = seconds.get("specialize start-up") or seconds.get("fork server start-up", 0.0)
+        main_import = seconds.get("main imports", 0.0)
+        found = {"startup_s": startup, "device_startup_s": seconds.get("device start-up", 0.0),
+                 "rest_s": max(0.0, float(time_split(run)["other"]) + float(run.launch_s) - main_import)}
+        imported = 0.0
+        if "specialize" in run.stages and seconds.get("specialize start-up"):
+            start, end = run.stages["specialize"]
+            imported = max(0.0, float(end) - float(start) - startup - seconds.get("capture", 0.0) / max(1, run.jobs))
+            found["import_s"] = imported
+            if run.estimates.get("import_s"):
+                found["import_estimate_s"] = float(run.estimates["import_s"])
+        if main_import:
+            found["main_import_s"] = main_import
+        compiled = sum(int(n) for n in run.compile.values())
+        if compiled and seconds.get("compiling"):
+            found["compile_s"] = seconds["compiling"] / compiled
+            if run.estimates.get("compile_kb"):
+                found["compile_s_per_kb"] = found["compile_s"] / float(run.estimates["compile_kb"])
+        measured = sum(int(n) for k, n in run.bench.items() if k != "invalid") + \
+            sum(int(n) for n in run.baselines.values())
+        batches, inputs = seconds.get("device batches", 0.0), seconds.get("device inputs", 0.0)
+        if measured and batches:
+            timed = seconds.get("measured", 0.0) + seconds.get("measured baselines", 0.0)
+            found["engine_s"] = max(0.0, batches - inputs - timed) / measured
+            if run.backend == "cuda" and "warmup_s" in run.estimates:
+                found["engine_extra_s"] = max(0.0, found["engine_s"] - float(run.estimates["warmup_s"]))
+            if run.batches:
+                held = seconds.get("device held", 0.0)
+                found["batch_s"] = max(0.0, held - batches + max(0.0, inputs - imported)) / int(run.batches)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return {}
+    return {name: value for name, value in found.items() if value > 0 or name == "rest_s"}
+
+
+def machine_key(run: RunRecord) -> MachineKey:
+    return MachineKey(run.backend, run.device, run.toolchain, run.cpus or os.cpu_count() or 1, run.jobs)
+
+
+def remember(run: RunRecord, path=None) -> bool:
+    """Add a finished, successful run to the machine's history (aot_tune.runs.history): what it
+    observed beside what it predicted. False when it is not added (failed, nothing observed, or
+    the history is off)."""
+    seen = observed(run) if run.ok else {}
+    if not seen:
+        return False
+    predicted = {**{f"part {k}": float(v) for k, v in run.predicted.items()},
+                 **{k: float(v) for k, v in run.estimates.items()}}
+    if run.predicted_s is not None:
+        predicted["wall_s"] = float(run.predicted_s)
+    entry = HistoryEntry(machine_key(run), run.started_at, list(run.kernels), float(run.wall_s) + float(run.launch_s),
+                         seen, predicted)
+    return append_history(entry, path)
+
+
+def _ratio(seen: Sequence[Mapping[str, float]]) -> float | None:
+    """The median observed / estimated import seconds of the runs whose estimate was big enough to tell."""
+    ratios = [s["import_s"] / s["import_estimate_s"] for s in seen
+              if s.get("import_estimate_s", 0.0) >= IMPORT_RATIO_FLOOR_S and "import_s" in s]
+    return _median(ratios)
+
+
+def _known(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -1,0 +1,183 @@
+"""The forecast of a project this machine never tuned (aot_tune.pipeline.calibration): the
+machine's history of other kernels' runs calibrates it where the project's own runs.json does
+not, the kernel modules' import is estimated, and a finished run joins the history."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from tunerun import make_project, vector_add_manifest
+
+from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
+from aot_tune.manifest import load_manifest
+from aot_tune.pipeline import calibration as calibrating
+from aot_tune.pipeline import forecast as model
+from aot_tune.pipeline.plan import build_plan
+from aot_tune.pipeline.staleness import Staleness
+from aot_tune.runs.history import HistoryEntry, MachineKey, read_history
+from aot_tune.runs.log import RunRecord
+
+MANIFEST = vector_add_manifest("""\
+    space: {BLOCK_SIZE: [128, 256, 512], num_warps: [4]}
+    shapes: [{n: 4096}]
+    interpreter_shapes: [{n: 300}, {n: 704}]
+    dtypes: [float32]
+""")
+H100 = DeviceModel("cuda", "h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", 1)
+#: What runs of other kernels on this machine observed.
+MACHINE = {"startup_s": 6.0, "device_startup_s": 3.0, "compile_s": 0.5, "engine_s": 0.02, "batch_s": 0.3,
+           "rest_s": 2.0}
+
+
+def fresh(tmp_path, manifest: str = MANIFEST):
+    project = make_project(tmp_path, manifest)
+    loaded = load_manifest(project / "tuning.yaml")
+    plan = build_plan(loaded, INTERPRETER_DEVICE, loaded.kernels)
+    return plan, Staleness(plan)
+
+
+def key_of(plan, jobs: int = 2, **changed) -> MachineKey:
+    toolchain = f"triton {plan.toolchain.triton}, torch {plan.toolchain.torch}"
+    return MachineKey(**{"backend": "interpreter", "device": "interpreter", "toolchain": toolchain,
+                         "cpus": os.cpu_count() or 1, "jobs": jobs, **changed})
+
+
+def others(key: MachineKey, n: int = 3, **observed) -> list[HistoryEntry]:
+    return [HistoryEntry(key, f"2026-11-27T00:0{i}:00+00:00", [f"other{i}"], 20.0, {**MACHINE, **observed}, {})
+            for i in range(n)]
+
+
+def test_a_fresh_project_is_forecast_from_the_machines_runs_of_other_kernels(tmp_path):
+    plan, staleness = fresh(tmp_path)
+    bare = model.forecast(plan, staleness, 2)
+    gpu = others(MachineKey("cuda", "h100-sxm", "triton 3.9.0, torch 2.13.0", 64, 2), startup_s=99.0)
+    told = model.forecast(plan, staleness, 2, history=others(key_of(plan)) + gpu)
+    calibration = told.calibration
+    assert (calibration.runs, calibration.machine_runs, calibration.closeness) == (0, 3, 3)
+    assert {calibration.sources[name] for name in MACHINE} == {"machine"}
+    # the machine's typical compile on average, not the default
+    assert sum(told.compiles) / len(told.compiles) == pytest.approx(0.5)
+    assert sum(bare.compiles) / len(bare.compiles) == pytest.approx(model.DEFAULT_COMPILE_S)
+    assert told.startup_s == pytest.approx(6.0 + told.import_s + told.kernels[0].to_capture * model.CAPTURE_S / 2)
+    assert told.rest_s == 2.0 and bare.rest_s == model.DEFAULT_REST_S
+    assert list(told.bench_seconds.values()) == pytest.approx([3 * 0.02 + 0.3] * 2)  # 3 configs, one batch
+    assert "3 runs in the machine's history (this machine, device, toolchain and -n)" in calibration.described()
+    assert "uncalibrated" in bare.calibration.described()
+    # another -n: the runs of the same CPUs and device still tell, less closely
+    assert model.forecast(plan, staleness, 1, history=others(key_of(plan))).calibration.closeness == 1
+    assert model.forecast(plan, staleness, 2, history=gpu).calibration.machine_runs == 0
+
+
+def test_a_kernel_never_compiled_here_is_priced_by_the_size_of_its_code(tmp_path):
+    """Other kernels compiled at 0.4 s a KB of code: kernels/vector_add.py's add_kernel is 0.3 KB."""
+    plan, staleness = fresh(tmp_path)
+    told = model.forecast(plan, staleness, 2, history=others(key_of(plan), compile_s_per_kb=0.4))
+    (work,) = told.kernels
+    assert 0.2 < work.code_kb < 0.4 and told.calibration.sources["compile_s_per_kb"] == "machine"
+    assert sum(told.compiles) / len(told.compiles) == pytest.approx(0.4 * work.code_kb)
+    assert told.estimates["compile_kb"] == pytest.approx(work.code_kb)
+
+
+def test_the_projects_own_runs_come_first_part_by_part(tmp_path):
+    plan, staleness = fresh(tmp_path)
+    own = RunRecord(started_at="2026-11-27T01:00:00+00:00", wall_s=12.0, ok=True, device="interpreter",
+                    backend="interpreter", kernels=["vector_add"], stages={"specialize": [0.1, 4.1]},
+                    worker_seconds={"specialize start-up": 3.5})  # it compiled and measured nothing
+    told = model.forecast(plan, staleness, 2, runs=[own], history=others(key_of(plan)))
+    assert told.calibration.startup_s == 3.5 and told.calibration.sources["startup_s"] == "project"
+    assert told.calibration.compile_s == 0.5 and told.calibration.sources["compile_s"] == "machine"
+    assert "1 earlier run on interpreter in .aot_tune/runs.json and 3 runs in the machine's history" in \
+        told.calibration.described()
+
+
+def test_the_machines_import_ratio_scales_the_static_estimate(tmp_path):
+    plan, staleness = fresh(tmp_path)
+    bare = model.forecast(plan, staleness, 2)
+    assert 0 < bare.import_s == bare.estimates["import_s"]  # kernels/vector_add.py: milliseconds
+    small = others(key_of(plan), import_s=0.3, import_estimate_s=0.1)  # under the floor: noise, not a rate
+    assert model.forecast(plan, staleness, 2, history=small).import_s == bare.import_s
+    big = others(key_of(plan), import_s=3.0, import_estimate_s=6.0)
+    halved = model.forecast(plan, staleness, 2, history=big)
+    assert halved.calibration.import_ratio == 0.5 and halved.import_s == pytest.approx(bare.import_s / 2)
+
+
+def test_a_projects_own_exporter_costs_the_tuning_process_its_imports(tmp_path):
+    manifest = MANIFEST + '    exports:\n      - {to: "exporter:write", path: "configs/{device}/{kernel}.json"}\n'
+    plan, staleness = fresh(tmp_path, manifest)
+    (tmp_path / "exporter.py").write_text("import torch\nimport kernels.vector_add\n\n\n"
+                                          "def write(entries, info):\n    return ''\n")
+    told = model.forecast(plan, staleness, 2)
+    # torch and triton (a share of the fork server's imports), then the modules they reach, and the
+    # tuning process's longer exit with them loaded
+    assert told.main_import_s == pytest.approx((0.35 * told.calibration.startup() + told.import_s) * 1.25, abs=0.01)
+    assert told.rest_s == pytest.approx(model.DEFAULT_REST_S + told.main_import_s)
+    assert told.estimates["main_import_s"] == told.main_import_s
+    compiled = tmp_path / "exporter.py"  # a torch.compile at import: torch's dynamo and inductor too
+    compiled.write_text("import torch\n\n\ndef write(entries, info):\n    return ''\n\n\nfast = torch.compile(write)\n")
+    with_compile = model.forecast(plan, staleness, 2)
+    from aot_tune.build.imports import TORCH_COMPILE_S
+    assert with_compile.main_import_s == pytest.approx(
+        ((0.35 + 0.3) * told.calibration.startup() + TORCH_COMPILE_S) * 1.25, abs=0.01)
+    compiled.write_text("def write(entries, info):\n    return ''\n")
+    assert model.forecast(plan, staleness, 2).main_import_s < 0.01
+
+
+def test_on_a_gpu_the_engine_overhead_beyond_the_warm_up_is_taken_from_other_projects(tmp_path):
+    """Another project's runs measured 3 ms a measurement beyond their warm-up; this one warms up
+    1 ms: its measurements are 1 ms of warm-up, 3 ms more and 1.1 ms of timed launches."""
+    project = make_project(tmp_path, MANIFEST)
+    loaded = load_manifest(project / "tuning.yaml")
+    plan = build_plan(loaded, H100, loaded.kernels)
+    staleness = Staleness(plan)
+    key = key_of(plan, backend="cuda", device="h100-sxm")
+    told = model.forecast(plan, staleness, 2, history=others(key, engine_s=0.05, engine_extra_s=0.003))
+    assert told.calibration.sources["engine_extra_s"] == "machine"
+    measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + 0.003
+    assert list(told.bench_seconds.values()) == pytest.approx([3 * measurement + 0.3])  # 3 configs, one batch
+    assert told.estimates["warmup_s"] == pytest.approx(1e-3)
+    gpu_run = logged(backend="cuda", device="h100-sxm", estimates={"warmup_s": 0.002})
+    seen = calibrating.observed(gpu_run)
+    assert seen["engine_extra_s"] == pytest.approx(seen["engine_s"] - 0.002)
+
+
+def logged(**changes) -> RunRecord:
+    run = RunRecord(
+        started_at="2026-11-27T02:00:00+00:00", wall_s=30.0, ok=True, device="interpreter", backend="interpreter",
+        kernels=["l2norm"], stages={"specialize": [0.5, 10.5], "compile": [10.5, 20.0], "bench": [10.6, 21.0]},
+        worker_seconds={"specialize start-up": 5.0, "capture": 0.2, "compiling": 20.0, "device held": 7.0,
+                        "device batches": 6.5, "device inputs": 4.5, "measured": 0.0, "device start-up": 3.0,
+                        "main imports": 6.0},
+        compile={"ok": 40}, bench={"ok": 100}, baselines={"default ok": 4}, batches=10, predicted_s=25.0,
+        predicted={"start-up": 8.0, "compile": 10.0, "bench": 1.0, "rest": 6.0},
+        estimates={"import_s": 4.0, "compile_s": 0.35, "compile_kb": 0.8}, launch_s=0.8, jobs=2, cpus=2,
+        toolchain="triton 3.9.0, torch 2.13.0")
+    for name, value in changes.items():
+        setattr(run, name, value)
+    return run
+
+
+def test_what_a_run_observed_part_by_part():
+    seen = calibrating.observed(logged())
+    assert seen["startup_s"] == 5.0 and seen["device_startup_s"] == 3.0
+    assert seen["import_s"] == pytest.approx(10.0 - 5.0 - 0.2 / 2)  # the specialize step beyond start-up, captures
+    assert seen["import_estimate_s"] == 4.0
+    assert seen["compile_s"] == 0.5  # 20 s over 40 compiles
+    assert seen["compile_s_per_kb"] == pytest.approx(0.5 / 0.8)  # of a kernel of 0.8 KB of code
+    assert seen["main_import_s"] == 6.0
+    assert seen["rest_s"] == pytest.approx(30.0 - 20.5 + 0.8 - 6.0)  # what no stage covers, the launch, less imports
+    assert seen["engine_s"] == pytest.approx((6.5 - 4.5) / 104)
+    # the device held beyond its batches, and their inputs less the import the first one paid
+    assert seen["batch_s"] == pytest.approx((7.0 - 6.5 + max(0.0, 4.5 - seen["import_s"])) / 10)
+
+
+def test_a_finished_run_joins_the_machines_history(tmp_path):
+    path = tmp_path / "history.json"
+    assert calibrating.remember(logged(), path)
+    (entry,) = read_history(path)
+    assert entry.key == MachineKey("interpreter", "interpreter", "triton 3.9.0, torch 2.13.0", 2, 2)
+    assert entry.wall_s == pytest.approx(30.8) and entry.kernels == ["l2norm"]
+    assert entry.observed == calibrating.observed(logged())
+    assert entry.predicted["wall_s"] == 25.0 and entry.predicted["part start-up"] == 8.0
+    assert entry.predicted["import_s"] == 4.0
+    assert not calibrating.remember(logged(ok=False), path)  # a failed run tells nothing
+    assert len(read_history(path)) == 1
