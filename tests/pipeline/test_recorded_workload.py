@@ -126,7 +126,7 @@ def test_recording_adds_new_launches_and_keeps_edits(installed: Path, tmp_path: 
 
 
 #: Many small autotuned kernels, as a library has them: each scales its input by its own factor.
-MANY_KERNELS = 16
+MANY_KERNELS = 8
 MANY_OPS = '''\
 import torch
 import triton
@@ -164,7 +164,7 @@ for n in (64, 96):
 
 
 def test_a_workload_of_many_small_kernels_is_recorded_and_tuned_incrementally(tmp_path: Path) -> None:
-    """16 autotuned kernels, 2 keys each: one entry each, every shape benched once, a second
+    """8 autotuned kernels, 2 keys each: one entry each, every shape benched once, a second
     recording and a second tune change nothing, and a new launch of one kernel retunes only it."""
     site = tmp_path / "site"
     (site / "manylib").mkdir(parents=True)
