@@ -18,17 +18,7 @@ import time
 
 import torch
 import triton.runtime.autotuner as autotuner
-
-benchmarks: list[str] = []
-_bench = autotuner.Autotuner._bench
-
-
-def _counted(self, *args, **kwargs):
-    benchmarks.append(self.base_fn.__name__)
-    return _bench(self, *args, **kwargs)
-
-
-autotuner.Autotuner._bench = _counted
+from counted import benchmarks
 
 
 def make_inputs(B: int, T: int, H: int, D: int, dtype: torch.dtype, device: str):
