@@ -34,8 +34,10 @@ A run is four parts, added up:
   a config that failed to compile every time before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
-  start once the first compile landed and the device workers are up (with the kernels' modules
-  imported), and end no sooner than the
+  start once the first compile landed and the device workers are up (they start with the
+  captures and import the kernels' modules side by side with the compile workers, so from the
+  compiles' start they wait only for what their start-up takes beyond the compile workers'),
+  and end no sooner than the
   last compile plus one measurement per bench (a random draw under a configs budget waits for
   all its compiles). An adaptive search compiles on demand (aot_tune.pipeline.searching): per
   target, the distinct candidates not compiled yet that its stale benches needing the target
@@ -287,10 +289,10 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
         # the captures are split over the compile workers (aot_tune.pipeline.specializing)
         # each worker imports the kernel modules before its first capture or compile
         result.startup_s = calibration.startup() + result.import_s + capture * CAPTURE_S / result.compile_jobs
-        # device workers start with the first compile (after a capture), else with the run, and
-        # import the kernel modules with their first inputs
-        device_wait = (calibration.device_startup() if capture else
-                       max(0.0, calibration.device_startup() - calibration.startup())) + result.import_s
+        # device workers start with the captures and import the kernel modules while they start,
+        # as the compile workers do (aot_tune.pipeline.session): from the compiles' start, they
+        # wait only for what their start-up takes beyond the compile workers'
+        device_wait = max(0.0, calibration.device_startup() - calibration.startup())
     elif result.bench_seconds:  # the device workers wait for the fork server's imports first
         result.startup_s = calibration.startup() + calibration.device_startup() + result.import_s
         device_wait = 0.0
