@@ -27,7 +27,7 @@ for stage in "$@"; do
       time (python3 -m aot_tune tune 2>&1 | tail -60 | tee "$out/$workload-tune.log"); cp .aot_tune/runs.json "$out/$workload-runs.json"
       python3 "$repo/tools/studies/recorded_layer/picked_compiles.py" . | tee "$out/$workload-picked.log"
       tar czf "$out/$workload-generated.tgz" generated recordings tuning.yaml ;;
-    restore)  # the project a run on another host recorded and tuned (.layer/generated.tgz, from the tune stage)
+    restore)  # the project a run on another host recorded and tuned (.layer/<workload>-generated.tgz, from the tune stage)
       tar xzf "$repo/.layer/$workload-generated.tgz" ;;
     profile)  # the first step with the tables and a warm Triton cache, profiled
       TRITON_CACHE_DIR=/tmp/tc_profile $step --tables generated --steps 3 >/dev/null 2>&1
