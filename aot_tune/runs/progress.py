@@ -6,7 +6,7 @@ With the run's prediction (aot_tune.pipeline.forecast) a stage's estimate is the
 of its tasks left, spread over the stage's lanes (compile workers, devices), scaled by how long
 its finished tasks took against their prediction, the kernel's own where any finished
 (``Progress.scale``: the first task of each lane is left out, since a worker's first compile also
-warms Triton up and a device's first bench imports the kernel's modules): a
+warms Triton up and a device's first bench loads its kernels and builds Triton's launchers): a
 bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
 compiles twice as slow as predicted reads so after its first compiles. Without one it is
 elapsed / done x left.
@@ -87,7 +87,7 @@ class Progress:
     def scale(self, group: str | None = None) -> float:
         """How long the finished tasks took against their prediction: their seconds over their
         predicted seconds, without each lane's first task (a worker's first compile warms Triton
-        up, a device's first bench imports the kernel's modules); 1 until others finished. With
+        up, a device's first bench loads its kernels and builds Triton's launchers); 1 until others finished. With
         ``group`` (a task name's kernel), of that kernel's tasks where any finished: kernels are
         mispredicted each their own way (a compile's seconds follow the kernel's code)."""
         took = list(self._took.copy().items())[self._lanes:]  # another stage's line reads it too, unlocked
@@ -143,7 +143,7 @@ class RunClock:
             if self.device_wait_s is None:
                 return compiled + self.bench_after_s * bench_scale + self.rest_s
             since = time.monotonic() - compiles.started
-            # as predicted: a bench that finished early may have paid the device's one-time import
+            # as predicted: a bench that finished early may have paid the device's one-time set-up
             devices = self.device_wait_s + self.device_wall_s - since
             return max(compiled + self.tail_s * bench_scale, devices) + self.rest_s
         if benches is not None and benches.total and not benches.finished:
