@@ -16,7 +16,8 @@ from aot_tune.triton_compat.disk_cache import (CacheHitCounter, cache_entry_fold
 from aot_tune.triton_compat.layers import (AUTOTUNER, HEURISTICS, autotuner_configs, autotuners_refused, heuristics_over,
                                            layer_kind)
 from aot_tune.triton_compat.launch import (CapturedCompile, Specialization, capture_specializations,
-                                           compile_instead_of_launch, jit_function, find_instead_of_launch, load_found)
+                                           compile_instead_of_launch, jit_function, find_instead_of_launch, load_found,
+                                           prebuild_launcher)
 from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, SharedMemoryExceeded, compile_error_kind,
                                            parse_target, pin_environment, shared_memory_limit,
                                            target_driver, triton_driver_created,
@@ -31,7 +32,7 @@ __all__ = ["AUTOTUNER", "autotuner_configs", "autotuners_refused", "cache_entry_
            "cuobjdump_path", "find_instead_of_launch", "hash_installation", "hash_kernel_source", "HEURISTICS", "heuristics_over",
            "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",
            "jit_with_compile_path", "layer_kind", "load_cached_kernel", "load_found", "pack_cache_entry",
-           "parse_target", "pin_environment", "PINNED_ENV", "prepare_runtime", "resource_usage", "ResourceUsage",
+           "parse_target", "pin_environment", "PINNED_ENV", "prebuild_launcher", "prepare_runtime", "resource_usage", "ResourceUsage",
            "shared_memory_limit", "SHARED_MEMORY_LIMIT", "SharedMemoryExceeded", "Specialization", "StageLog",
            "target_driver", "triton_cache_dir", "triton_driver_created", "triton_release",
            "ttgir_shared_lower_bound", "versions", "warm_start_applies", "warm_start_key", "watched_stages",

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from tunerun import doit, make_project, subprocess_env, tune
+from tunerun import REPO, doit, make_project, subprocess_env, tune
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -67,8 +67,6 @@ def measured(tmp_path, *batches, timeout_s: float = 60.0) -> list[dict]:
 def in_fresh_process(code: str, *args: str) -> str:
     """The last line ``code`` prints, run in a fresh process from the repository root: this one
     runs kernels under the interpreter."""
-    from tunerun import REPO
-
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=subprocess_env(), cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -446,3 +444,28 @@ def test_the_shipped_fp8_table_answers_each_scale_mode_on_this_gpu():
     if out.stdout.startswith("no table"):
         pytest.skip(out.stdout.strip())
     assert out.stdout.strip() == "ok", out.stdout
+
+
+def test_a_compile_builds_the_launcher_its_first_launch_would_build(tmp_path):
+    """Where Triton builds a C launcher per kernel signature (3.6), the compile worker builds it
+    into Triton's cache, so the device's first launch of the kernel finds it instead of running
+    gcc on the bench's critical path."""
+    from aot_tune.triton_compat.launch import _builds_launchers
+
+    if not _builds_launchers():
+        pytest.skip("this Triton launches through one generic launcher: nothing to build ahead")
+    cache = tmp_path / "triton-cache"
+    code = textwrap.dedent("""
+        import sys
+        from aot_tune.build.compile import CompileRequest, compile_config
+
+        request = CompileRequest(kernel="vector_add", root=".", kernel_ref="kernels.vector_add:add_kernel",
+                                 launch_ref="kernels.vector_add:add", inputs_ref="kernels.vector_add:make_inputs",
+                                 config={"BLOCK_SIZE": 1024, "num_warps": 4}, target="sm90",
+                                 shapes=({"n": 4096},), dtypes=("float32",))
+        print(compile_config(request, "c").status)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**subprocess_env(), "TRITON_CACHE_DIR": str(cache)}, cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "ok", proc.stderr[-3000:]
+    assert list(cache.rglob("__triton_launcher*")), sorted(p.name for p in cache.rglob("*"))
