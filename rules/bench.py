@@ -10,10 +10,11 @@ from typing import Iterator
 def tasks(session) -> Iterator[dict]:
     staleness, plan = session.staleness, session.plan
     units = [(kp, u) for kp in session.plan.kernels for u in kp.bench_units]
-    # Seeding shapes first, then longest first, so the last tasks on each GPU are short ones: a
-    # config costs about warmup + rep whatever its shape, so a task's cost is its config count
-    # (its budget under a budgeted search). doit dispatches in this order.
-    units.sort(key=lambda item: (bool(item[1].sources), -_measurements(item[1])))
+    # Seeding shapes first, then the dearest first, so the last tasks on each device are short
+    # ones: by the forecast's device seconds where the run has one, else by config count (a
+    # config costs about warmup + rep whatever its shape). doit dispatches in this order.
+    forecast = session.forecast
+    units.sort(key=lambda item: (bool(item[1].sources), -_cost(forecast, item[1])))
     stale = [u for kp, u in units if not staleness.bench_done(kp, u)]
     session.start_stage("bench", len(stale), stale)
     devices = ", ".join(d.key for d in plan.devices)
@@ -29,6 +30,14 @@ def tasks(session) -> Iterator[dict]:
             "uptodate": [lambda kp=kp, unit=unit: staleness.bench_done(kp, unit)],
             "verbosity": 0,
         }
+
+
+def _cost(forecast, unit) -> float:
+    """A stale task's predicted device seconds where the run has a forecast, else its config
+    count. Up-to-date tasks, which the forecast does not price, run nothing: where they sort
+    does not matter."""
+    seconds = forecast.task_seconds(unit) if forecast is not None else None
+    return seconds if seconds is not None else _measurements(unit)
 
 
 def _measurements(unit) -> int:

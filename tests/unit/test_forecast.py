@@ -212,6 +212,37 @@ def test_the_interpreter_prices_a_measurement_by_the_shapes_earlier_record(tmp_p
         3 * model.DEFAULT_ENGINE_S["interpreter"] + batch)
 
 
+def test_the_bench_tasks_go_out_dearest_first_by_the_forecast(tmp_path):
+    """Equal config counts, one shape priced higher by its earlier record: its task is dispatched
+    first, so the devices end on the cheap ones; without a forecast, manifest order stands."""
+    from types import SimpleNamespace
+
+    from rules import bench
+
+    project = make_project(tmp_path, MANIFEST)
+    plan, _ = plan_of(project, INTERPRETER_DEVICE)
+    configs = plan.kernels[0].bench_units[0].configs
+    record = TuningRecord(kernel="vector_add", key_names=["n"], shape=[704], dtype="float32",
+                          fingerprint="an older one")
+    record.device.key, record.device.name, record.device.backend = "interpreter", INTERPRETER_DEVICE.name, "interpreter"
+    record.device.compute_capability = "cpu"
+    record.toolchain.triton, record.toolchain.torch = "3.9.0", "2.13.0"
+    for config in configs:
+        m = Measurement(status="ok", median_ms=1.0, runs=3, seconds=30.0)
+        cache_io.config_to_proto(config.id, config.as_dict(), m.config)
+        record.measurements.append(m)
+    cache_io.write_cache(cache_io.sorted_cache([record]), project / "generated" / "vector_add.tuning.pb")
+    plan, staleness = plan_of(project, INTERPRETER_DEVICE)
+
+    def order(forecast) -> list[str]:
+        session = SimpleNamespace(plan=plan, staleness=staleness, forecast=forecast, bench=None,
+                                  start_stage=lambda *args: None)
+        return [task["name"].rpartition(":")[2] for task in bench.tasks(session) if task["name"]]
+
+    assert order(model.forecast(plan, staleness, 2)) == ["704", "300", "500"]
+    assert order(None) == ["300", "500", "704"]
+
+
 @pytest.mark.parametrize("search, groups, batches", [
     (SearchSettings(), [(120, 1.0)], 1),
     (SearchSettings("random", budget_configs=40), [(40, 1.0)], 40),
