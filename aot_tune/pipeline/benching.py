@@ -92,6 +92,8 @@ class Benches:
         elapsed = time.perf_counter() - start
         stats.seconds["bench"] += elapsed
         stats.span("bench", began, time.time())
+        if hold.first_asked is not None:  # from its first batch on: the stage's wall on its devices
+            stats.span("bench batches", hold.first_asked, time.time())
         stats.bench_status.update(m.status for m in fresh)
         stats.seconds["measured"] += timed_seconds(fresh)
         stats.seconds["measured baselines"] += timed_seconds(baselines.measured.values())

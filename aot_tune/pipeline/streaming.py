@@ -157,11 +157,14 @@ class DeviceHold:
         self.held_s = 0.0
         self.seconds: Counter[str] = Counter()  # the leases' worker seconds (aot_tune.bench.runner.DeviceLease)
         self.batches = 0
+        self.first_asked: float | None = None  # time.time() when it first had work for a device
 
     def lease(self, upcoming=None):
         """The device, taken now if not held (waiting for a free one and for its worker);
         ``upcoming``, the first request to be sent, lets the busy device prepare its shape."""
         if self._lease is None:
+            if self.first_asked is None:
+                self.first_asked = time.time()
             stack = contextlib.ExitStack()
             lease = stack.enter_context(self._devices.lease(self._device, upcoming))
             self._stack, self._lease = stack, lease

@@ -64,7 +64,8 @@ def test_first_run_compiles_benches_merges_and_generates(project, first_run):
     # the bench stage's share of device time is reported with the device workers' start-up
     # (the timed kernel share follows on a GPU; the interpreter's wall-clock runs are not kernel time)
     assert re.search(r"bench stage: [\d.]+s on 1 device\(s\), [\d.]+s of it after the device workers were up "
-                     r"\(start-up [\d.]+s, [\d.]+s of it waited for\)", first_run.stderr), first_run.stderr[-2000:]
+                     r"\(start-up [\d.]+s, [\d.]+s of it waited for\), [\d.]+s from its first batch to its end",
+                     first_run.stderr), first_run.stderr[-2000:]
 
 
 def test_invalid_config_is_recorded_and_never_chosen(project, first_run):
