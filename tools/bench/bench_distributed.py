@@ -63,7 +63,7 @@ class Run:
     returncode: int = 0
     killed: str = ""  # the killed worker, or why none was
     killed_in: tuple[str, int] = ("", 0)  # the batch it had started last, and how many had started then
-    ran_again: list[str] | None = None  # that batch, started again on another worker
+    ran_again: str = ""  # the worker that batch started again on
 
     @property
     def name(self) -> str:
@@ -176,11 +176,12 @@ def kill_a_worker(cluster, run: Run, proc: subprocess.Popen) -> None:
           f"in its batch {label}", flush=True)
 
 
-def ran_again(cluster, run: Run) -> list[str]:
-    """The killed worker's last batch, where it started again on another worker after the kill."""
+def ran_again(cluster, run: Run) -> str:
+    """The worker the killed worker's last batch first started again on after the kill (a later
+    batch of the same bench task, under the same label, can only start after that one); or ""."""
     label, seen = run.killed_in
-    return [f"{label} on {worker}" for worker, started in cluster.batches_started()[seen:]
-            if label and started == label and worker != run.killed]
+    return next((worker for worker, started in cluster.batches_started()[seen:]
+                 if label and started == label and worker != run.killed), "")
 
 
 def picks(project: Path) -> dict:
@@ -318,7 +319,7 @@ def worker_loss(run: Run, runs: list[Run]) -> str:
     if local:
         lost = len(local.picks.keys() - found.keys())
         shapes += f" against {len(local.picks)} of local on {run.gpus} GPU(s) ({lost or 'none'} lost)"
-    again = ", ".join(run.ran_again) if run.ran_again else "none seen in the workers' log"
+    again = f"{run.killed_in[0]} on {run.ran_again}" if run.ran_again else "none seen in the workers' log"
     cost = f"{run.wall:.1f} s wall" + (f" against {plain.wall:.1f} s without a kill ({run.wall / plain.wall:.2f}x)"
                                        if plain else "")
     killed = f"{run.killed} (in {run.killed_in[0]})" if run.killed_in[0] else run.killed or "nothing"
