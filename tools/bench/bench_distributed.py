@@ -17,8 +17,17 @@ GPUs, the bench-stage Triton cache hit rate (the dask workers receive the compil
 entries; 100% means they compiled nothing), and how many picks agree with the local run on as
 many GPUs. Runs are skipped, with a note, when the time left in --budget-s cannot hold them.
 
+``--kill-after SECONDS`` adds a worker-loss run after the others, for each GPU count of 2 or
+more: dask on that many GPUs again, in a fresh copy and on a fresh cluster, where SECONDS after the
+first bench batch started on the workers (their log) the worker that started the latest batch is
+killed with SIGKILL, as tests/pipeline/test_cluster.py does (the scheduler is left alone). The
+run goes on with the other workers; the tool reports the killed worker (its name ends in its
+GPU's index), `doit tune`'s exit status, how many shapes have records in generated/*.tuning.pb
+against the local run on as many GPUs, which batch started again on another worker (the workers'
+log), and the wall time against the dask run without a kill.
+
 Needs doit, dask and distributed importable (on a host without them: carry their wheels, see
-BENCHMARKS.md). Usage: python3 -m tools.bench.bench_distributed --gpus 1 2 [--kernels ...]
+BENCHMARKS.md). Usage: python3 -m tools.bench.bench_distributed --gpus 1 2 [--kernels ...] [--kill-after 5]
 ``--interpreter`` runs the same steps on a CPU (interpreter workers instead of GPUs; the local
 executor then has one device whatever the count): a check of the tool, not a measurement.
 """
@@ -28,9 +37,11 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -48,6 +59,19 @@ class Run:
     hit_rate: str = ""
     picks: dict | None = None
     skipped: str = ""
+    kill: float | None = None  # a worker-loss run: kill a worker this long after the first batch started
+    returncode: int = 0
+    killed: str = ""  # the killed worker, or why none was
+    killed_in: tuple[str, int] = ("", 0)  # the batch it had started last, and how many had started then
+    ran_again: str = ""  # the worker that batch started again on
+
+    @property
+    def name(self) -> str:
+        return f"{self.executor}, worker killed" if self.kill is not None else self.executor
+
+    @property
+    def folder(self) -> str:
+        return f"{self.executor}-{self.gpus}" + ("-kill" if self.kill is not None else "")
 
 
 def fresh_project(where: Path) -> Path:
@@ -103,22 +127,61 @@ def bench_copy(base: Path, where: Path) -> Path:
     return project
 
 
-def tune(project: Path, run: Run, kernels: list[str], extra: list[str]) -> None:
+def tune(project: Path, run: Run, kernels: list[str], extra: list[str], during=None) -> None:
+    """One `doit tune`; ``during(proc)``, if given, runs in a thread while it does."""
     env = subprocess_env(run.gpus if run.executor == "local" else None)
     began = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "doit", "tune", *extra, *kernels], cwd=project, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "doit", "tune", *extra, *kernels], cwd=project, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watcher = threading.Thread(target=during, args=(proc,), daemon=True) if during else None
+    if watcher:
+        watcher.start()
+    stdout, stderr = proc.communicate()
     run.wall = time.perf_counter() - began
-    stage = [_seconds(m.group(1)) for m in re.finditer(r"\[bench\] \d+/\d+ done, (\S+) elapsed", proc.stderr)]
+    if watcher:
+        watcher.join()
+    run.returncode = proc.returncode
+    stage = [_seconds(m.group(1)) for m in re.finditer(r"\[bench\] \d+/\d+ done, (\S+) elapsed", stderr)]
     run.stage = stage[-1] if stage else float("nan")
-    rate = re.search(r"Triton cache hit rate (\d+% \(\d+/\d+\))", proc.stderr)
+    rate = re.search(r"Triton cache hit rate (\d+% \(\d+/\d+\))", stderr)
     run.hit_rate = rate.group(1) if rate else "n/a"
-    summary = [line for line in proc.stderr.splitlines() if line.startswith(("bench:", "aot_tune: bench", "[cluster]"))]
-    print(f"  {run.executor} on {run.gpus} GPU(s): {run.wall:.1f} s wall, bench stage {run.stage:.1f} s; "
+    summary = [line for line in stderr.splitlines() if line.startswith(("bench:", "aot_tune: bench", "[cluster]"))]
+    print(f"  {run.name} on {run.gpus} GPU(s): {run.wall:.1f} s wall, bench stage {run.stage:.1f} s; "
           + " | ".join(summary), flush=True)
     if proc.returncode != 0:
-        sys.exit(f"bench_distributed: doit tune failed in {project}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        failed = f"bench_distributed: doit tune failed in {project}:\n{stdout[-2000:]}\n{stderr[-3000:]}"
+        if run.kill is None:
+            sys.exit(failed)
+        print(failed, flush=True)  # a worker-loss run that did not recover: reported, not fatal
     run.picks = picks(project)
+
+
+def kill_a_worker(cluster, run: Run, proc: subprocess.Popen) -> None:
+    """``run.kill`` seconds after the first bench batch started on the cluster's workers, SIGKILL
+    the worker that started the latest batch (tests/pipeline/test_cluster.py's way: its pid from
+    the launcher's log)."""
+    while proc.poll() is None and not cluster.batches_started():
+        time.sleep(0.05)
+    deadline = time.monotonic() + run.kill
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        run.killed = "none: the run ended first"
+        return
+    started = cluster.batches_started()
+    victim, label = started[-1]
+    os.kill(cluster.worker_pids()[victim], signal.SIGKILL)
+    run.killed, run.killed_in = victim, (label, len(started))
+    print(f"  killed worker {victim} (SIGKILL) {run.kill:g} s after the first bench batch started, "
+          f"in its batch {label}", flush=True)
+
+
+def ran_again(cluster, run: Run) -> str:
+    """The worker the killed worker's last batch first started again on after the kill (a later
+    batch of the same bench task, under the same label, can only start after that one); or ""."""
+    label, seen = run.killed_in
+    return next((worker for worker, started in cluster.batches_started()[seen:]
+                 if label and started == label and worker != run.killed), "")
 
 
 def picks(project: Path) -> dict:
@@ -147,6 +210,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=570.0,
                         help="skip runs that would end past this many seconds from the start [default: 570]")
     parser.add_argument("--interpreter", action="store_true", help="check the tool on a CPU (see above)")
+    parser.add_argument("--kill-after", type=float, metavar="SECONDS",
+                        help="add a worker-loss run for each count of 2 or more GPUs (see above)")
     args = parser.parse_args()
     began = time.perf_counter()
     try:
@@ -173,6 +238,8 @@ def main() -> None:
     # the run that compares least (dask on fewer GPUs).
     runs = [Run("local", gpus) for gpus in sorted(args.gpus) if "local" in args.executors] + \
         [Run("dask", gpus) for gpus in sorted(args.gpus, reverse=True) if "dask" in args.executors]
+    if args.kill_after is not None and "dask" in args.executors:
+        runs += [Run("dask", gpus, kill=args.kill_after) for gpus in sorted(args.gpus, reverse=True) if gpus >= 2]
     with tempfile.TemporaryDirectory() as scratch:
         base = fresh_project(Path(scratch) / "compiled")
         print("compile everything once (no benchmark):", flush=True)
@@ -182,20 +249,23 @@ def main() -> None:
             estimate = _estimate(run, runs)
             if elapsed + estimate > args.budget_s:
                 run.skipped = f"skipped: {elapsed:.0f} s spent, about {estimate:.0f} s more needed, budget {args.budget_s:.0f} s"
-                print(f"  {run.executor} on {run.gpus} GPU(s): {run.skipped}", flush=True)
+                print(f"  {run.name} on {run.gpus} GPU(s): {run.skipped}", flush=True)
                 continue
-            project = bench_copy(base, Path(scratch) / f"{run.executor}-{run.gpus}")
+            project = bench_copy(base, Path(scratch) / run.folder)
             if run.executor == "local":
                 tune(project, run, args.kernels, backend)
                 continue
             started = time.perf_counter()
             workers = {"interpreter": run.gpus} if args.interpreter else {"gpus": [str(i) for i in range(run.gpus)]}
-            with LocalCluster(Path(scratch) / f"cluster-{run.gpus}", **workers, env=subprocess_env(None),
+            with LocalCluster(Path(scratch) / f"cluster-{run.folder}", **workers, env=subprocess_env(None),
                               name="bench") as cluster:
                 print(f"  dask cluster with {run.gpus} worker(s) up in {time.perf_counter() - started:.1f} s",
                       flush=True)
+                killer = (lambda proc: kill_a_worker(cluster, run, proc)) if run.kill is not None else None
                 tune(project, run, args.kernels,
-                     [*backend, "--executor", "dask", *cluster.tune_args()])
+                     [*backend, "--executor", "dask", *cluster.tune_args()], during=killer)
+                if run.kill is not None:
+                    run.ran_again = ran_again(cluster, run)
                 installed = sum(int(n) for n in re.findall(r"\((\d+) Triton cache entries installed\)",
                                                            cluster.workers_log.read_text()))
                 print(f"  Triton cache entries installed on the workers: {installed}", flush=True)
@@ -205,10 +275,13 @@ def main() -> None:
 
 def _estimate(run: Run, runs: list[Run]) -> float:
     """Seconds the run will likely take: a done run of the same GPU count, else 1-GPU time / GPUs,
-    else the repo's bench stage on one H200 (about 85 s) / GPUs; plus cluster start-up for dask."""
+    else the repo's bench stage on one H200 (about 85 s) / GPUs; plus cluster start-up for dask;
+    a worker-loss run as if on one GPU fewer."""
     same = [r.wall for r in runs if r.gpus == run.gpus and r.wall == r.wall]
     one = [r.wall * r.gpus / run.gpus for r in runs if r.wall == r.wall]
     guess = max(same) if same else (max(one) if one else 85.0 / run.gpus)
+    if run.kill is not None:
+        guess *= run.gpus / (run.gpus - 1)
     return guess * 1.1 + (15.0 if run.executor == "dask" else 0.0)
 
 
@@ -217,10 +290,10 @@ def report(runs: list[Run]) -> None:
           "Triton cache hits | picks as local |\n|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         if run.skipped:
-            print(f"| {run.executor} | {run.gpus} | {run.skipped} | | | | | | |")
+            print(f"| {run.name} | {run.gpus} | {run.skipped} | | | | | | |")
             continue
         base = next((r for r in runs if r.executor == run.executor and r.gpus == min(x.gpus for x in runs)
-                     and not r.skipped), None)
+                     and not r.skipped and r.kill is None), None)
         speedup = base.wall * base.gpus / run.wall if base else float("nan")
         local = next((r for r in runs if r.executor == "local" and r.gpus == run.gpus and not r.skipped), None)
         versus = f"{run.wall / local.wall:.2f}x" if local and run is not local else ""
@@ -228,8 +301,30 @@ def report(runs: list[Run]) -> None:
         if local and run is not local and local.picks and run.picks:
             shared = local.picks.keys() & run.picks.keys()
             agree = f"{sum(local.picks[k] == run.picks[k] for k in shared)}/{len(shared)}"
-        print(f"| {run.executor} | {run.gpus} | {run.wall:.1f} s | {run.stage:.1f} s | {speedup:.2f}x | "
-              f"{speedup / run.gpus:.0%} | {versus} | {run.hit_rate} | {agree} |")
+        scaling = f"{speedup:.2f}x | {speedup / run.gpus:.0%}" if run.kill is None else " | "  # it lost a GPU midway
+        print(f"| {run.name} | {run.gpus} | {run.wall:.1f} s | {run.stage:.1f} s | {scaling} | {versus} | "
+              f"{run.hit_rate} | {agree} |")
+    for run in runs:
+        if run.kill is not None and not run.skipped:
+            print(worker_loss(run, runs))
+
+
+def worker_loss(run: Run, runs: list[Run]) -> str:
+    """A worker-loss run in one line: what was killed, whether the run recovered, and at what cost."""
+    local = next((r for r in runs if r.executor == "local" and r.gpus == run.gpus and r.picks is not None), None)
+    plain = next((r for r in runs if r.executor == "dask" and r.gpus == run.gpus and r.kill is None
+                  and r.picks is not None), None)
+    found = run.picks or {}
+    shapes = f"{len(found)} shapes with records"
+    if local:
+        lost = len(local.picks.keys() - found.keys())
+        shapes += f" against {len(local.picks)} of local on {run.gpus} GPU(s) ({lost or 'none'} lost)"
+    again = f"{run.killed_in[0]} on {run.ran_again}" if run.ran_again else "none seen in the workers' log"
+    cost = f"{run.wall:.1f} s wall" + (f" against {plain.wall:.1f} s without a kill ({run.wall / plain.wall:.2f}x)"
+                                       if plain else "")
+    killed = f"{run.killed} (in {run.killed_in[0]})" if run.killed_in[0] else run.killed or "nothing"
+    return (f"\nworker loss on {run.gpus} GPU(s): killed {killed}; doit tune exited "
+            f"{run.returncode}; {shapes}; started again: {again}; {cost}")
 
 
 if __name__ == "__main__":

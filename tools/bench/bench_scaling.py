@@ -10,13 +10,27 @@ Prints, per GPU count, the process wall time and the bench stage's time from `do
 summary (first bench task's start to last one's end), in all and counted from when the device
 workers were up (in a full run they start while the compiles run, so their start-up of a few
 seconds is hidden there; in these bench-only runs it is not), with speedups over the smallest
-count and efficiency (speedup / GPUs). `--keep DIR` copies the generated/ folder of the widest
-run to DIR: its caches hold each measurement's seconds, the per-shape costs that
-tools.bench.scaling_model schedules. `--save FILE` writes the timings as JSON, which
-`python3 -m tools.bench.scaling_model --measured FILE` checks its predictions against. Runs
-where doit is importable (pass its wheel on PYTHONPATH on a machine without it).
+count and efficiency (speedup / GPUs).
 
-Usage: python3 -m tools.bench.bench_scaling --gpus 1 2 [--kernels gemm softmax] [--save FILE]
+`--cold` skips step 1 and runs, for each GPU count, a full cold `doit tune` in a fresh copy: no
+compile outputs, no bench outputs, and an empty Triton cache (aot_tune keeps it per project, in
+.aot_tune/triton-cache), so every compile runs and the device workers start while they do, as
+in any full run. The table then also gives the compile stage (from the run's
+.aot_tune/runs.json), the seconds the benches waited for compiles to land ("benches waited Z s"
+in the bench stage line: a sum over bench tasks, which wait side by side, so it can exceed the
+stage), the stage less that wait, and the stage's part after the last compile ended, with
+speedups and efficiencies on each.
+
+`--jobs N` passes `-n N` to every `doit tune` (parallel tasks and compile workers; default: all
+cores). `--interpreter` runs the same steps on a CPU (`--bench-backend interpreter`, one
+interpreter device whatever the count): a check of the tool, not a measurement. `--keep DIR`
+copies the generated/ folder of the widest run to DIR: its caches hold each measurement's
+seconds, the per-shape costs that tools.bench.scaling_model schedules. `--save FILE` writes the
+timings and the mode (bench-only or cold) as JSON, which `python3 -m tools.bench.scaling_model
+--measured FILE` checks its predictions against (they are bench-only stages). Runs where doit is
+importable (pass its wheel on PYTHONPATH on a machine without it).
+
+Usage: python3 -m tools.bench.bench_scaling --gpus 1 2 [--cold] [--jobs N] [--kernels gemm softmax] [--save FILE]
 """
 from __future__ import annotations
 
@@ -43,12 +57,17 @@ def fresh_project(where: Path) -> Path:
     return where
 
 
-def tune(project: Path, gpus: int, kernels: list[str]) -> tuple[float, float, float]:
-    """(process wall, bench stage, bench stage after the device workers were up), seconds."""
+def tune(project: Path, gpus: int, args: argparse.Namespace) -> dict:
+    """One `doit tune`, its timings in seconds (a --save run): process wall, compile stage, bench
+    stage, the stage after the device workers were up, the benches' wait for compiles, the stage
+    less that wait, and the stage after the last compile ended."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    options = ["-n", str(args.jobs)] if args.jobs else []
+    if args.interpreter:
+        options += ["--bench-backend", "interpreter"]
     began = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "doit", "tune", *kernels], cwd=project, env=env,
+    proc = subprocess.run([sys.executable, "-m", "doit", "tune", *options, *args.kernels], cwd=project, env=env,
                           capture_output=True, text=True)
     wall = time.perf_counter() - began
     summary = [line for line in proc.stderr.splitlines()
@@ -59,49 +78,83 @@ def tune(project: Path, gpus: int, kernels: list[str]) -> tuple[float, float, fl
     stage = re.search(r"bench stage: ([\d.]+)s on \d+ device\(s\), ([\d.]+)s of it after", proc.stderr)
     if not stage:
         sys.exit(f"bench_scaling: no bench stage timing in the output of {project}:\n{proc.stderr[-3000:]}")
-    return wall, float(stage.group(1)), float(stage.group(2))
+    waited = re.search(r"benches waited ([\d.]+)s for compiles", proc.stderr)
+    spans = json.loads((project / ".aot_tune" / "runs.json").read_text())[-1]["stages"]  # this run's record
+    compile_start, compile_end = spans.get("compile", (0.0, 0.0))
+    bench_start, bench_end = spans["bench"]
+    waited_s = float(waited.group(1)) if waited else 0.0
+    return {"gpus": gpus, "wall_s": round(wall, 2), "compile_s": round(compile_end - compile_start, 2),
+            "stage_s": float(stage.group(1)), "after_up_s": float(stage.group(2)), "waited_s": waited_s,
+            "stage_less_waited_s": round(float(stage.group(1)) - waited_s, 2),
+            "after_compiles_s": round(bench_end - max(bench_start, compile_end), 2)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--kernels", nargs="*", default=[])
+    parser.add_argument("--cold", action="store_true", help="a full cold `doit tune` for each count (see above)")
+    parser.add_argument("--jobs", type=int, help="`doit tune -n`: parallel tasks and compile workers [default: cores]")
+    parser.add_argument("--interpreter", action="store_true", help="check the tool on a CPU (see above)")
     parser.add_argument("--keep", type=Path, help="copy the widest run's generated/ here")
     parser.add_argument("--save", type=Path, help="write the timings here as JSON (tools.bench.scaling_model reads it)")
     args = parser.parse_args()
-    import torch
 
     began = datetime.now(timezone.utc)
-    device = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    if args.interpreter:
+        device = "Triton interpreter (a check of the tool, not a measurement)"
+    else:
+        import torch
+
+        device = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    mode = "cold" if args.cold else "bench-only"
     command = f"python3 -m tools.bench.bench_scaling {' '.join(sys.argv[1:])}"
-    print(f"# {began:%Y-%m-%d %H:%M} UTC, {device}, {os.cpu_count()} CPU cores")
+    print(f"# {began:%Y-%m-%d %H:%M} UTC, {device}, {os.cpu_count()} CPU cores, {mode} runs")
     print(f"# {command}")
     with tempfile.TemporaryDirectory() as scratch:
-        base = fresh_project(Path(scratch) / "compiled")
-        print("compile everything once (and bench on 1 GPU):", flush=True)
-        tune(base, 1, args.kernels)
-        walls = {}
+        if not args.cold:
+            base = fresh_project(Path(scratch) / "compiled")
+            print("compile everything once (and bench on 1 GPU):", flush=True)
+            tune(base, 1, args)
+        runs = {}
         for gpus in args.gpus:
             project = fresh_project(Path(scratch) / f"gpus-{gpus}")
-            shutil.copytree(base / ".aot_tune", project / ".aot_tune",
-                            ignore=shutil.ignore_patterns("bench", "doit.sqlite3*", "run.lock"))
-            walls[gpus] = tune(project, gpus, args.kernels)
+            if not args.cold:
+                shutil.copytree(base / ".aot_tune", project / ".aot_tune",
+                                ignore=shutil.ignore_patterns("bench", "doit.sqlite3*", "run.lock"))
+            runs[gpus] = tune(project, gpus, args)
         if args.keep:
             shutil.copytree(Path(scratch) / f"gpus-{max(args.gpus)}" / "generated", args.keep, dirs_exist_ok=True)
-    first = min(walls)
-    print("\n| GPUs | process wall | bench stage | after workers up | speedup (stage, after up) | efficiency |"
-          "\n|---|---|---|---|---|---|")
-    for gpus, (wall, stage, after_up) in sorted(walls.items()):
-        speedups = [walls[first][i] / value * first for i, value in ((1, stage), (2, after_up))]
-        print(f"| {gpus} | {wall:.1f} s | {stage:.1f} s | {after_up:.1f} s | {speedups[0]:.2f}x, {speedups[1]:.2f}x "
-              f"| {speedups[0] / gpus:.0%}, {speedups[1] / gpus:.0%} |")
+    report(runs, args.cold)
     if args.save:
         args.save.write_text(json.dumps({
             "date": f"{began:%Y-%m-%d %H:%M} UTC", "device": device, "cpu_cores": os.cpu_count(), "command": command,
-            "kernels": args.kernels,
-            "runs": [{"gpus": gpus, "wall_s": round(wall, 2), "stage_s": round(stage, 2), "after_up_s": round(after_up, 2)}
-                     for gpus, (wall, stage, after_up) in sorted(walls.items())],
+            "mode": mode, "kernels": args.kernels, "runs": [runs[gpus] for gpus in sorted(runs)],
         }, indent=1) + "\n")
+
+
+def report(runs: dict[int, dict], cold: bool) -> None:
+    """A markdown table of the runs, with speedups and efficiencies over the smallest count: of
+    the bench stage and of its part after the workers were up; in cold runs also of the stage
+    less the benches' wait for compiles (n/a where that is not positive) and of its part after
+    the last compile."""
+    measures = {"stage": "stage_s", "after up": "after_up_s"}
+    columns = {"process wall": "wall_s", "bench stage": "stage_s", "after workers up": "after_up_s"}
+    if cold:
+        measures.update({"less waited": "stage_less_waited_s", "after compiles": "after_compiles_s"})
+        columns = {"process wall": "wall_s", "compile stage": "compile_s", "bench stage": "stage_s",
+                   "after workers up": "after_up_s", "benches waited for compiles": "waited_s",
+                   "stage less that": "stage_less_waited_s", "after the last compile": "after_compiles_s"}
+    first = min(runs)
+    print(f"\n| GPUs | {' | '.join(columns)} | speedup ({', '.join(measures)}) | efficiency |")
+    print("|---" * (len(columns) + 3) + "|")
+    for gpus, run in sorted(runs.items()):
+        speedups = [runs[first][key] / run[key] * first if runs[first][key] > 0 and run[key] > 0 else None
+                    for key in measures.values()]
+        cells = [f"{run[key]:.1f} s" for key in columns.values()]
+        cells.append(", ".join(f"{s:.2f}x" if s else "n/a" for s in speedups))
+        cells.append(", ".join(f"{s / gpus:.0%}" if s else "n/a" for s in speedups))
+        print(f"| {gpus} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

@@ -346,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     caches = args.caches if args.caches is not None else \
         [*sorted((args.manifest.parent / "generated").glob("*.tuning.pb")), ORACLE_H200]
     measured = json.loads(args.measured.read_text()) if args.measured else MEASURED_4XH200
+    if measured.get("mode") == "cold":
+        print("# note: cold runs (bench_scaling --cold): their bench stages also wait for compiles, which the model "
+              "leaves out; it fits and checks bench-only ones")
     print(f"# model inputs: start-up {costs.startup_s} s, first use {costs.first_use_s} s, row kernels "
           f"{ROW_MEASUREMENT_S * 1e3:.1f} ms a measurement, Dask {costs.dask_task_s} s a task, entries "
           f"{costs.entry_kib} KiB a config at {costs.gbps} Gbit/s")
