@@ -15,11 +15,12 @@ count and efficiency (speedup / GPUs).
 `--cold` skips step 1 and runs, for each GPU count, a full cold `doit tune` in a fresh copy: no
 compile outputs, no bench outputs, and an empty Triton cache (aot_tune keeps it per project, in
 .aot_tune/triton-cache), so every compile runs and the device workers start while they do, as
-in any full run. The table then also gives the compile stage (from the run's
-.aot_tune/runs.json), the seconds the benches waited for compiles to land ("benches waited Z s"
-in the bench stage line: a sum over bench tasks, which wait side by side, so it can exceed the
-stage), the stage less that wait, and the stage's part after the last compile ended, with
-speedups and efficiencies on each.
+in any full run. There the bench stage (from its first task's start, which waits for the
+first compiles) is not the measure: the table also gives the compile stage (from the run's
+.aot_tune/runs.json), the stage **from its first batch with work for a device to its end** (the
+summary's "from its first batch" figure: the device workers' start-up counts in it only where a
+batch waited for it), and the stage's part after the last compile ended, with speedups and
+efficiencies on each.
 
 `--jobs N` passes `-n N` to every `doit tune` (parallel tasks and compile workers; default: all
 cores). `--interpreter` runs the same steps on a CPU (`--bench-backend interpreter`, one
@@ -59,8 +60,8 @@ def fresh_project(where: Path) -> Path:
 
 def tune(project: Path, gpus: int, args: argparse.Namespace) -> dict:
     """One `doit tune`, its timings in seconds (a --save run): process wall, compile stage, bench
-    stage, the stage after the device workers were up, the benches' wait for compiles, the stage
-    less that wait, and the stage after the last compile ended."""
+    stage, the stage after the device workers were up, the stage from its first batch, and the
+    stage after the last compile ended."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     options = ["-n", str(args.jobs)] if args.jobs else []
@@ -78,14 +79,13 @@ def tune(project: Path, gpus: int, args: argparse.Namespace) -> dict:
     stage = re.search(r"bench stage: ([\d.]+)s on \d+ device\(s\), ([\d.]+)s of it after", proc.stderr)
     if not stage:
         sys.exit(f"bench_scaling: no bench stage timing in the output of {project}:\n{proc.stderr[-3000:]}")
-    waited = re.search(r"benches waited ([\d.]+)s for compiles", proc.stderr)
+    batches = re.search(r"([\d.]+)s from its first batch to its end", proc.stderr)
     spans = json.loads((project / ".aot_tune" / "runs.json").read_text())[-1]["stages"]  # this run's record
     compile_start, compile_end = spans.get("compile", (0.0, 0.0))
     bench_start, bench_end = spans["bench"]
-    waited_s = float(waited.group(1)) if waited else 0.0
     return {"gpus": gpus, "wall_s": round(wall, 2), "compile_s": round(compile_end - compile_start, 2),
-            "stage_s": float(stage.group(1)), "after_up_s": float(stage.group(2)), "waited_s": waited_s,
-            "stage_less_waited_s": round(float(stage.group(1)) - waited_s, 2),
+            "stage_s": float(stage.group(1)), "after_up_s": float(stage.group(2)),
+            "from_first_batch_s": float(batches.group(1)) if batches else float("nan"),
             "after_compiles_s": round(bench_end - max(bench_start, compile_end), 2)}
 
 
@@ -136,15 +136,14 @@ def main() -> None:
 def report(runs: dict[int, dict], cold: bool) -> None:
     """A markdown table of the runs, with speedups and efficiencies over the smallest count: of
     the bench stage and of its part after the workers were up; in cold runs also of the stage
-    less the benches' wait for compiles (n/a where that is not positive) and of its part after
-    the last compile."""
+    from its first batch and of its part after the last compile."""
     measures = {"stage": "stage_s", "after up": "after_up_s"}
     columns = {"process wall": "wall_s", "bench stage": "stage_s", "after workers up": "after_up_s"}
     if cold:
-        measures.update({"less waited": "stage_less_waited_s", "after compiles": "after_compiles_s"})
+        measures.update({"from first batch": "from_first_batch_s", "after compiles": "after_compiles_s"})
         columns = {"process wall": "wall_s", "compile stage": "compile_s", "bench stage": "stage_s",
-                   "after workers up": "after_up_s", "benches waited for compiles": "waited_s",
-                   "stage less that": "stage_less_waited_s", "after the last compile": "after_compiles_s"}
+                   "after workers up": "after_up_s", "from its first batch": "from_first_batch_s",
+                   "after the last compile": "after_compiles_s"}
     first = min(runs)
     print(f"\n| GPUs | {' | '.join(columns)} | speedup ({', '.join(measures)}) | efficiency |")
     print("|---" * (len(columns) + 3) + "|")
