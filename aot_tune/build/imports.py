@@ -107,19 +107,28 @@ def _stdlib(name: str) -> bool:
 
 
 def _find(name: str, search: list[str]):
-    """The module's spec, found on the path without importing any package above it."""
+    """The module's spec, found on the path without importing any package above it. Each part is
+    looked up by its own name in its parent's folders: a dotted name makes importlib read the
+    parent's ``__path__`` from ``sys.modules`` for a namespace package (fla-core's dependencies
+    have them), which is not there, since nothing is imported."""
     locations: list[str] | None = search
     spec = None
     for part in _parents(name):
         if locations is None:
             return None
+        tail = part.rpartition(".")[2]
         try:
-            spec = importlib.machinery.PathFinder.find_spec(part, locations)
-        except (ImportError, ValueError, OSError):
+            spec = importlib.machinery.PathFinder.find_spec(tail, locations)
+        except (ImportError, ValueError, OSError, KeyError):
             return None
         if spec is None:
             return None
-        locations = list(spec.submodule_search_locations) if spec.submodule_search_locations is not None else None
+        if spec.submodule_search_locations is None:
+            locations = None
+        elif spec.origin in (None, "namespace"):  # a namespace package: its folders among the parent's
+            locations = [folder for folder in (os.path.join(where, tail) for where in locations) if os.path.isdir(folder)]
+        else:
+            locations = list(spec.submodule_search_locations)
     return spec
 
 

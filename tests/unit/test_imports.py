@@ -113,6 +113,20 @@ def test_what_cannot_be_found_counts_nothing(library):
     assert import_cost(library, ["nowhere.at_all", "json", "torch.nn"], path=[]) == ImportCost(toolchain=True)
 
 
+def test_namespace_packages_are_walked_without_importing_them(tmp_path):
+    """A namespace package inside another (no __init__.py in either, as some of fla-core's
+    dependencies ship): importlib's dotted lookup would read the parent from sys.modules and fail
+    the whole forecast; each part is found in its parent's folders instead, in every folder that
+    holds it."""
+    for where, text in (("a/outer/inner/mod.py", "from outer.inner import other\nx = 1\n"),
+                        ("b/outer/inner/other.py", "y = 2\n")):
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text(text)
+    cost = import_cost(tmp_path / "a", ["outer.inner.mod"], path=[str(tmp_path / "b")])
+    assert cost.modules == 2 and "outer" not in sys.modules
+    assert cost.source_bytes == len("from outer.inner import other\nx = 1\n") + len("y = 2\n")
+
+
 def test_the_estimate_of_a_kernel_module_of_this_repository_is_small():
     """kernels/rmsnorm.py: one jitted function, a few KB: milliseconds, where fla-core's l2norm
     reaches hundreds of jitted functions and a torch.compile."""
