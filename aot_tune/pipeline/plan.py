@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from aot_tune.cache import record_full_shape
+from aot_tune.record import replay
 from aot_tune.search import strategies as search
 from aot_tune.fingerprint import (RECORD_FORMAT, MeasuredOn, Toolchain, baselines_fingerprint, bench_fingerprint,
                                   measured_dependencies, spec_closure)
@@ -66,6 +67,9 @@ class BenchUnit:
     fingerprint: str
     output: Path
     default_config: Config | None = None
+    #: the config the shape's reference launches, where the manifest tells (a recorded entry's:
+    #: the library's own); the compile stage starts with it, since every check waits for it
+    reference_config: Config | None = None
     vendor: str = ""
     baselines_fingerprint: str = ""  # "" when no baseline is planned
     search: SearchSettings = SearchSettings()
@@ -246,6 +250,7 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
                 if shape not in configs_per_shape:
                     configs_per_shape[shape] = tuple(spec.space.configs_for(spec.shape_dict(shape)))
                 default = spec.default_config.resolve(spec.shape_dict(shape)) if spec.default_config else None
+                reference = _reference_config(spec, manifest.root, shape, configs_per_shape[shape])
                 measured = spec.dtypes_for(device.backend)
                 for dtype in spec.dtypes:
                     if dtype not in measured:  # the interpreter cannot compute it: compiled for the GPUs only
@@ -255,7 +260,7 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
                     out = work / "bench" / device.key / spec.name / f"{dtype}-{shape_label(shape)}.pb"
                     kp.bench_units.append(BenchUnit(
                         spec.name, shape, dtype, device.key, configs_per_shape[shape], fp, out,
-                        default_config=default, vendor=spec.vendor or "",
+                        default_config=default, reference_config=reference, vendor=spec.vendor or "",
                         baselines_fingerprint=baselines_fingerprint(spec, vendor_code, fp, default),
                         search=spec.search, sources=seeds.get(shape, ())))
         kp.specializations_path = work / "specialize" / f"{spec.name}.json"
@@ -264,3 +269,12 @@ def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],
         kp.plan_compiles(plan.toolchain, work)
         plan.kernels.append(kp)
     return plan
+
+
+def _reference_config(spec: KernelSpec, root: Path, shape: tuple[int, ...], configs: Sequence[Config]) -> Config | None:
+    """The candidate config a recorded entry's reference launches for ``shape`` (None for any other
+    reference: a user's reference is a function, not a config)."""
+    if spec.reference != replay.REFERENCE_REF:
+        return None
+    chosen = replay.reference_config(str(root), spec.shape_dict(shape))
+    return next((c for c in configs if chosen is not None and c.as_dict() == chosen), None)

@@ -76,6 +76,16 @@ class RecordedCall:
         return written[0] if len(written) == 1 else written
 
 
+def reference_config(root: str, shape: Mapping[str, Any]) -> dict | None:
+    """The config ``reference`` launches for ``shape``: the one the library itself ran the recorded
+    launch with (the compile stage compiles it first: every check of the shape waits for it).
+    None for a shape that names no recorded launch."""
+    try:
+        return dict(_replay(str(root)).find(str(shape[LAUNCH_DIM]))[1].library_config)
+    except (KeyError, TuneError, ValueError, OSError):  # the stages report a missing or broken recording
+        return None
+
+
 def _config_key(config: Mapping[str, Any]) -> tuple:
     return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
 
@@ -193,3 +203,5 @@ def _replay(root: str) -> Replay:
 make_inputs = bound("make_inputs")
 launch = bound("launch")
 reference = bound("reference")
+#: How a manifest names the recorded entries' reference (``aot_tune record`` writes it).
+REFERENCE_REF = f"{__name__}:reference"

@@ -76,6 +76,8 @@ def test_a_recorded_workload_is_tuned_and_runs_with_zero_autotuning(installed: P
         module = (project / "generated" / f"{kernel}.py").read_text()
         assert f"AUTOTUNER = {{'dtypes_dim': 'arg_dtypes', 'kernel': 'reclib.ops:{kernel}'}}" in module
 
+    assert_references_compile_first(project, installed)
+
     tabled = workload(project, env, WORKLOAD_TABLES="generated")
     assert tabled["benchmarks"] == 0
     for mine, theirs in zip(tabled["outputs"], own["outputs"]):
@@ -89,6 +91,35 @@ def test_a_recorded_workload_is_tuned_and_runs_with_zero_autotuning(installed: P
     assert {p: p.read_bytes() for p in before} == before
     assert executed(run(project, *tune, env=env)) == []
     assert digests(installed) == site_files, "the installed library was modified"
+
+
+def assert_references_compile_first(project: Path, installed: Path) -> None:
+    """Each recorded shape's reference is the library's own config, and the compile tasks start
+    with its compiles: every check of the shape compares with it."""
+    from types import SimpleNamespace
+
+    from aot_tune.bench.runner import INTERPRETER_DEVICE
+    from aot_tune.manifest import load_manifest
+    from aot_tune.pipeline.plan import build_plan
+    from aot_tune.pipeline.staleness import Staleness
+    from rules import compile as compile_rule
+
+    sys.path.insert(0, str(installed))
+    try:
+        manifest = load_manifest(project / "tuning.yaml")
+        plan = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
+    finally:
+        sys.path.remove(str(installed))
+    references = set()
+    for kp in plan.kernels:
+        recording = json.loads((project / "recordings" / f"{kp.spec.name}.json").read_text())
+        for unit in kp.bench_units:
+            launch = recording["launches"][str(kp.spec.shape_dict(unit.shape)["recorded"])]
+            assert unit.reference_config is not None and unit.reference_config.as_dict() == launch["library_config"]
+            references.update(cu.name for cu in kp.compiles_for(unit, unit.reference_config, kp.spec.targets))
+    session = SimpleNamespace(plan=plan, staleness=Staleness(plan), start_stage=lambda *args: None, queue_compile=None)
+    order = [f"compile:{task['name']}" for task in compile_rule.tasks(session) if task["name"]]
+    assert references and set(order[:len(references)]) == references, (order, references)
 
 
 def test_recording_adds_new_launches_and_keeps_edits(installed: Path, tmp_path: Path) -> None:
