@@ -49,6 +49,7 @@ class Benches:
         search_info = None
         start, began = time.perf_counter(), time.time()
         hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
+        self._await_reference(kp, unit, device, hold)
         planned = {c.id for c in unit.configs}
         wanted = self.staleness.baselines_to_measure(kp, unit)
         make_request = lambda config: self.request(kp, unit, config, kp.spec.bench, device)  # noqa: E731
@@ -119,6 +120,16 @@ class Benches:
             tally.update(shapes=1, measured=search_info.configs_measured, candidates=search_info.candidate_count)
             tally["seconds"] += search_info.seconds
         stats.progress["bench"].advance(note, unit.name, hold.held_s)
+
+    def _await_reference(self, kp: KernelPlan, unit: BenchUnit, device: DeviceModel, hold: DeviceHold) -> None:
+        """Wait, without a device, for the compiles of the config the shape's reference launches
+        (running it here if nobody queued it): every check compares with the reference, and a
+        device worker that finds it uncompiled compiles it itself, with the device idle."""
+        if unit.reference_config is None:
+            return
+        waiting = time.perf_counter()
+        next(self._landed(kp, unit, [unit.reference_config], device, hold.release), None)
+        self.stats.seconds["waited for compiles"] += time.perf_counter() - waiting
 
     def _measure_all(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
                      device: DeviceModel, baselines: Baselines):

@@ -223,3 +223,35 @@ def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
     assert events == ["take", "ready", ["a"], "give", "take", "ready", ["b"], "give"]
     assert (hold.cache_hits, hold.cache_misses) == (4, 2) and hold.held_s > 0
     assert hold.seconds == {"batches": 1.0}  # the device workers' seconds, added over both leases
+
+
+def test_a_bench_waits_for_its_references_compile_without_a_device():
+    """A shape whose reference launches one of its configs (a recorded entry's: the library's
+    own) sends no batch before that config's compile landed: it lets the device go, runs the
+    compile itself if nobody queued it, and counts the wait; a shape without one waits for nothing."""
+    from types import SimpleNamespace
+
+    from aot_tune.pipeline.benching import Benches
+    from aot_tune.runs.stats import RunStats
+
+    claims, landed, events = CompileClaims(), set(), []
+    units = {}
+    benches = Benches.__new__(Benches)
+    benches.stats = RunStats()
+    benches.compiles = SimpleNamespace(
+        landed=lambda cu: cu.name in landed, claims=claims,
+        run_once=lambda kp, cu: claims.run_once(cu.name, lambda: (events.append(f"compiled {cu.name}"),
+                                                                 landed.add(cu.name))))
+    kp = SimpleNamespace(bench_targets=lambda device: ("sm90",),
+                         compiles_for=lambda unit, config, targets: [
+                             units.setdefault(config, SimpleNamespace(name=f"{config}-{targets[0]}"))])
+    hold = SimpleNamespace(release=lambda: events.append("device let go"))
+    device = SimpleNamespace(target="sm90")
+
+    benches._await_reference(kp, SimpleNamespace(reference_config=None), device, hold)
+    assert events == []
+    benches._await_reference(kp, SimpleNamespace(reference_config="lib"), device, hold)
+    assert events == ["device let go", "compiled lib-sm90"] and "lib-sm90" in landed
+    assert benches.stats.seconds["waited for compiles"] > 0
+    benches._await_reference(kp, SimpleNamespace(reference_config="lib"), device, hold)  # landed: no wait
+    assert events == ["device let go", "compiled lib-sm90"]
