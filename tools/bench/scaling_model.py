@@ -15,7 +15,8 @@ The model, for one device model:
   measurement (its configs and baselines): the checked-in H200 tables of the row kernels were
   measured on 2026-11-22 by runs that kept no per-measurement seconds.
 * **Order and placement**: the bench rule's dispatch order (rules/bench.py: seeding shapes
-  first, then most configs first, stable in manifest order), which the local pool grants first
+  first, then the forecast's device seconds, which for a cold run price every config alike, so
+  most configs first, stable in manifest order), which the local pool grants first
   come first served and Dask runs by submission: list scheduling longest first, with the config
   count as the length (LPT). Each task goes to the device that frees first (lowest index on a
   tie). A kernel's first shape on a device costs ``FIRST_USE_S`` more (a fresh worker's first
@@ -139,7 +140,7 @@ class Prediction:
 
 
 def dispatch_order(tasks: Iterable[Task]) -> list[Task]:
-    """The order doit hands bench tasks out (rules/bench.py): seeds first, most configs first, stable."""
+    """The order doit hands bench tasks out in a cold run (rules/bench.py): seeds first, most configs first, stable."""
     return sorted(tasks, key=lambda t: (t.seeded, -t.configs))
 
 
