@@ -190,20 +190,26 @@ def test_an_added_shape_compiles_only_for_a_specialization_class_not_compiled_ye
     assert (work.compiles_stale, work.compiles_total, work.estimated, work.to_capture) == (3, 6, 3, 6)
 
 
-def test_the_interpreter_prices_a_measurement_by_the_shapes_earlier_record(tmp_path):
-    project = make_project(tmp_path, MANIFEST)
+def write_earlier_record(project: Path, n: int, seconds: tuple[float, ...]) -> None:
+    """An interpreter record of shape ``n`` from an older kernel: the first configs measured in
+    ``seconds`` each."""
     plan, _ = plan_of(project, INTERPRETER_DEVICE)
     configs = plan.kernels[0].bench_units[0].configs
-    record = TuningRecord(kernel="vector_add", key_names=["n"], shape=[300], dtype="float32",
+    record = TuningRecord(kernel="vector_add", key_names=["n"], shape=[n], dtype="float32",
                           fingerprint="an older one")
     record.device.key, record.device.name, record.device.backend = "interpreter", INTERPRETER_DEVICE.name, "interpreter"
     record.device.compute_capability = "cpu"
     record.toolchain.triton, record.toolchain.torch = "3.9.0", "2.13.0"
-    for config, seconds in zip(configs, (0.5, 1.5)):  # the third config was not measured then
-        m = Measurement(status="ok", median_ms=1.0, runs=3, seconds=seconds)
+    for config, spent in zip(configs, seconds):
+        m = Measurement(status="ok", median_ms=1.0, runs=3, seconds=spent)
         cache_io.config_to_proto(config.id, config.as_dict(), m.config)
         record.measurements.append(m)
     cache_io.write_cache(cache_io.sorted_cache([record]), project / "generated" / "vector_add.tuning.pb")
+
+
+def test_the_interpreter_prices_a_measurement_by_the_shapes_earlier_record(tmp_path):
+    project = make_project(tmp_path, MANIFEST)
+    write_earlier_record(project, 300, (0.5, 1.5))  # the third config was not measured then
     plan, staleness = plan_of(project, INTERPRETER_DEVICE)
     predicted = model.forecast(plan, staleness, 2)
     batch = model.DEFAULT_BATCH_S["interpreter"]
@@ -220,18 +226,7 @@ def test_the_bench_tasks_go_out_dearest_first_by_the_forecast(tmp_path):
     from rules import bench
 
     project = make_project(tmp_path, MANIFEST)
-    plan, _ = plan_of(project, INTERPRETER_DEVICE)
-    configs = plan.kernels[0].bench_units[0].configs
-    record = TuningRecord(kernel="vector_add", key_names=["n"], shape=[704], dtype="float32",
-                          fingerprint="an older one")
-    record.device.key, record.device.name, record.device.backend = "interpreter", INTERPRETER_DEVICE.name, "interpreter"
-    record.device.compute_capability = "cpu"
-    record.toolchain.triton, record.toolchain.torch = "3.9.0", "2.13.0"
-    for config in configs:
-        m = Measurement(status="ok", median_ms=1.0, runs=3, seconds=30.0)
-        cache_io.config_to_proto(config.id, config.as_dict(), m.config)
-        record.measurements.append(m)
-    cache_io.write_cache(cache_io.sorted_cache([record]), project / "generated" / "vector_add.tuning.pb")
+    write_earlier_record(project, 704, (30.0, 30.0, 30.0))
     plan, staleness = plan_of(project, INTERPRETER_DEVICE)
 
     def order(forecast) -> list[str]:
