@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from aot_tune.manifest import BenchSettings
 from aot_tune.runs.history import CLOSENESS, HistoryEntry, MachineKey, append_history, comparable
-from aot_tune.runs.log import RunRecord, time_split
+from aot_tune.runs.log import STAGE_ORDER, RunRecord, time_split
 
 #: Defaults where no earlier run calibrates them, by backend. Start-up: the fork server's imports
 #: took about 3 s on a 2-core CPU and 9-14 s on the H100 host; device workers start in 0.3 s
@@ -36,6 +36,9 @@ DEFAULT_BATCH_S = {"cuda": 0.005, "interpreter": 0.1}
 #: Planning, merge and generate, and the command's own start before the run: 0.1-0.6 s for this
 #: repository's kernels, plus about 1 s of doit's and aot_tune's imports.
 DEFAULT_REST_S = 1.5
+#: Of that rest, what follows the last stage (merge, generate, the exit): 0.3-0.4 s after fla-core's
+#: workloads on the H100 host, whose rest before the first stage took 6-8 s.
+DEFAULT_REST_AFTER_S = 0.5
 #: Earlier runs of this project a calibration takes the median of, and of the machine's history.
 CALIBRATION_RUNS = 5
 MACHINE_RUNS = 10
@@ -44,7 +47,7 @@ IMPORT_RATIO_FLOOR_S = 0.5
 
 #: What a logged run tells the model (``Calibration``'s fields that ``observed`` reads).
 CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "compile_s_per_kb", "engine_s", "engine_extra_s",
-              "batch_s", "rest_s")
+              "batch_s", "rest_s", "rest_after_s")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Calibration:
     engine_extra_s: float | None = None  # on a GPU, beyond the warm-up: comparable across warmup_ms
     batch_s: float | None = None
     rest_s: float | None = None
+    rest_after_s: float | None = None  # of the rest, what follows the last stage
     import_ratio: float | None = None
     machine_runs: int = 0  # of the machine's history
     closeness: int = 0  # of those (aot_tune.runs.history.MachineKey.closeness)
@@ -109,6 +113,10 @@ class Calibration:
 
     def rest(self) -> float:
         return _known(self.rest_s, DEFAULT_REST_S)
+
+    def rest_after(self) -> float:
+        """The part of ``rest`` after the last stage: what a run's progress lines still have ahead."""
+        return min(self.rest(), _known(self.rest_after_s, DEFAULT_REST_AFTER_S))
 
     def imports(self, estimate_s: float) -> float:
         """The seconds an import estimated at ``estimate_s`` takes on this machine."""
@@ -161,14 +169,18 @@ def observed(run: RunRecord) -> dict[str, float]:
     in the workers (the specialize step beyond the start-up and the captures) against its estimate
     (``import_s``, ``import_estimate_s``), the tuning process's own imports for the exporters
     (``main_import_s``), and the rest: the command's start before the run and the time no stage
-    covers (``time_split``'s other), less those imports. Nothing from an entry that is not a run
-    this version logs."""
+    covers (``time_split``'s other), less those imports, and of it what followed the last stage
+    (``rest_after_s``: merge, generate, the exit). Nothing from an entry that is not a run this
+    version logs."""
     try:
         seconds = {name: float(value) for name, value in run.worker_seconds.items()}
         startup = seconds.get("specialize start-up") or seconds.get("fork server start-up", 0.0)
         main_import = seconds.get("main imports", 0.0)
         found = {"startup_s": startup, "device_startup_s": seconds.get("device start-up", 0.0),
                  "rest_s": max(0.0, float(time_split(run)["other"]) + float(run.launch_s) - main_import)}
+        ends = [float(end) for stage, (_, end) in run.stages.items() if stage in STAGE_ORDER]
+        if ends:
+            found["rest_after_s"] = min(found["rest_s"], max(0.0, float(run.wall_s) - max(ends) - main_import))
         imported = 0.0
         if "specialize" in run.stages and seconds.get("specialize start-up"):
             start, end = run.stages["specialize"]
@@ -196,7 +208,7 @@ def observed(run: RunRecord) -> dict[str, float]:
                 found["batch_s"] = max(0.0, held - batches + max(0.0, inputs - imported)) / int(run.batches)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return {}
-    return {name: value for name, value in found.items() if value > 0 or name == "rest_s"}
+    return {name: value for name, value in found.items() if value > 0 or name in ("rest_s", "rest_after_s")}
 
 
 def machine_key(run: RunRecord) -> MachineKey:

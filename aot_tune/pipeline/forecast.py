@@ -77,9 +77,9 @@ from aot_tune.build.imports import import_cost, kernel_bytes
 from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
 from aot_tune.manifest import SearchSettings
-from aot_tune.pipeline.calibration import (CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S,  # noqa: F401 - the model's
-                                           DEFAULT_DEVICE_STARTUP_S, DEFAULT_ENGINE_S, DEFAULT_REST_S,  # defaults, here too
-                                           DEFAULT_STARTUP_S, Calibration, calibrate, observed)
+from aot_tune.pipeline.calibration import (  # noqa: F401 - the model's defaults, here too
+    CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S, DEFAULT_DEVICE_STARTUP_S, DEFAULT_ENGINE_S, DEFAULT_REST_AFTER_S,
+    DEFAULT_REST_S, DEFAULT_STARTUP_S, Calibration, calibrate, observed)
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
@@ -143,6 +143,7 @@ class Forecast:
     compile_s: float = 0.0
     bench_s: float = 0.0
     rest_s: float = 0.0
+    rest_after_s: float = 0.0  # of the rest, what follows the last stage (the progress lines' remainder)
     compiles: list[float] = field(default_factory=list)  # each stale compile's predicted seconds
     on_demand: list[float] = field(default_factory=list)  # each expected on-demand compile's seconds
     #: (kernel, target, config id) -> a stale compile's predicted seconds (any specialization)
@@ -267,7 +268,8 @@ def _imports(plan: Plan, staleness: Staleness, result: Forecast) -> None:
         if compiling and all(c > 0 for c, _ in compiling) else {}  # the compiles' mean, where every kernel's is known
     result.estimates = {"startup_s": calibration.startup(), "device_startup_s": calibration.device_startup(),
                         "compile_s": calibration.compile(), **kb, "batch_s": calibration.batch(),
-                        "rest_s": calibration.rest(), "import_s": workers.seconds(),
+                        "rest_s": calibration.rest(), "rest_after_s": calibration.rest_after(),
+                        "import_s": workers.seconds(),
                         "import_calibrated_s": result.import_s, "main_import_s": result.main_import_s}
 
 
@@ -318,6 +320,7 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
     result.bench_tail_s += on_demand
     result.device_wait_s = device_wait
     result.rest_s = calibration.rest() + result.main_import_s
+    result.rest_after_s = calibration.rest_after() + result.main_import_s  # the exporters load at the merge
 
 
 def list_schedule(seconds: Sequence[float], lanes: int) -> tuple[float, float]:

@@ -59,8 +59,8 @@ class TuneSession:
         lanes = self.executors.compile_jobs if stage == "compile" else sum(d.count for d in self.plan.devices)
         if self.forecast is not None and self._clock is None:
             forecast = self.forecast
-            self._clock = RunClock(forecast.bench_s, forecast.rest_s, forecast.device_wait_s, forecast.bench_tail_s,
-                                   forecast.device_wall_s)
+            self._clock = RunClock(forecast.bench_s, forecast.rest_after_s, forecast.device_wait_s,
+                                   forecast.bench_tail_s, forecast.device_wall_s)
         self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes, run=self._clock)
 
     def specialize(self) -> None:

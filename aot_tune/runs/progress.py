@@ -116,7 +116,8 @@ def _group(task: str) -> str:
 class RunClock:
     """The run's estimate of its seconds left, from its stages' ``Progress`` and its prediction
     (aot_tune.pipeline.forecast's): ``bench_after_s`` what the benches add after the last compile,
-    ``rest_s`` the merge, generate and the rest. With ``device_wait_s`` (when the device workers
+    ``rest_s`` what follows the stages (merge, generate, the exit; not the planning before them,
+    which the progress lines come after). With ``device_wait_s`` (when the device workers
     are ready for a first bench, from the compiles' start), ``tail_s`` (what the benches add after
     the last compile however early they were) and ``device_wall_s`` (the benches' device seconds
     over the devices), the benches end, as the forecast has them, at the later of the devices'

@@ -141,11 +141,15 @@ def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
     assert calibration.engine_s == pytest.approx((11.0 - 1.0 - 5.0) / 100)  # 90 ok + 10 baselines measured
     assert calibration.batch_s == pytest.approx((12.0 - 11.0 + 1.0) / 20)
     assert calibration.rest_s == pytest.approx(30.0 - 24.0)  # what no stage covers
+    assert calibration.rest_after_s == pytest.approx(30.0 - 29.0)  # of it, what followed the last stage
 
     plan, staleness = plan_of(compiled_before)
     default = model.forecast(plan, staleness, 2)
     calibrated = model.forecast(plan, staleness, 2, [logged])
     assert calibrated.startup_s == 3.0 + calibrated.import_s and calibrated.rest_s == pytest.approx(6.0)
+    # the progress lines come after the planning: what they still have ahead is the rest after the stages
+    assert calibrated.rest_after_s == pytest.approx(1.0)
+    assert default.rest_after_s == pytest.approx(model.DEFAULT_REST_AFTER_S) and default.rest_s == model.DEFAULT_REST_S
     task = 3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s
     assert calibrated.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     assert calibrated.predicted_s != default.predicted_s

@@ -165,6 +165,7 @@ def test_what_a_run_observed_part_by_part():
     assert seen["compile_s_per_kb"] == pytest.approx(0.5 / 0.8)  # of a kernel of 0.8 KB of code
     assert seen["main_import_s"] == 6.0
     assert seen["rest_s"] == pytest.approx(30.0 - 20.5 + 0.8 - 6.0)  # what no stage covers, the launch, less imports
+    assert seen["rest_after_s"] == pytest.approx(30.0 - 21.0 - 6.0)  # after the last stage, less the exporters' imports
     assert seen["engine_s"] == pytest.approx((6.5 - 4.5) / 104)
     # the device held beyond its batches, and their inputs less the import the first one paid
     assert seen["batch_s"] == pytest.approx((7.0 - 6.5 + max(0.0, 4.5 - seen["import_s"])) / 10)
