@@ -184,8 +184,8 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
             if may_have_work(plan, staleness):  # a no-op run predicts nothing, and starts no worker
                 forking.start_server()  # its imports (seconds) overlap the forecast and the captures' set-up
-                predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history())
-                self.session.forecast = None if predicted.idle else predicted
+                predicted = predict(plan, staleness, jobs, deadline)
+                self.session.forecast = None if predicted is None or predicted.idle else predicted
             try:
                 self.session.specialize()
             except TuneError as err:
@@ -225,3 +225,15 @@ class ManifestLoader(TaskLoader2):
         tls = TlsFiles.of(*(self.options.get(k, "") for k in ("tls_ca_file", "tls_cert", "tls_key")))
         return ClusterDevices(scheduler, float(self.options.get("worker_wait", 60.0)), log=eprint, tls=tls,
                               insecure_tcp=bool(self.options.get("insecure_tcp", False)))
+
+
+def predict(plan: Plan, staleness: Staleness, jobs: int, deadline: CompileDeadline):
+    """The run's forecast, or None where making it failed: an estimate must not stop a release
+    build (a library laid out in a way the import walk does not know, say), so the run says so in
+    one line and goes on without one (no progress estimate, bench tasks by config count)."""
+    try:
+        return forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history())
+    except Exception as exc:  # noqa: BLE001 - any fault of the estimate: the run itself is unaffected
+        eprint(f"aot_tune: no estimate of this run ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+               "it runs without one (please report it)")
+        return None

@@ -288,3 +288,21 @@ def test_the_baselines_ride_with_the_last_batch(compiled_before, default, extra)
     task = (3 + extra) * measurement + model.DEFAULT_BATCH_S["cuda"]  # still one batch
     assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     assert predicted.kernels[0].devices["h100-sxm"].measurements == 2 * (3 + extra)
+
+
+def test_a_failing_estimate_leaves_the_run_without_one_and_says_so(compiled_before, monkeypatch, capfd):
+    """The forecast is an estimate: where it fails (the import walk met a layout it did not know,
+    say), the run goes on without one, after one line that names the fault."""
+    from aot_tune.build.deadline import CompileDeadline
+    from aot_tune.commands import loader
+
+    plan, staleness = plan_of(compiled_before)
+    assert isinstance(loader.predict(plan, staleness, 2, CompileDeadline()), model.Forecast)
+
+    def broken(*args, **kwargs):
+        raise KeyError("scipy")
+
+    monkeypatch.setattr(loader, "forecast", broken)
+    assert loader.predict(plan, staleness, 2, CompileDeadline()) is None
+    assert "aot_tune: no estimate of this run (KeyError: 'scipy'); it runs without one" in capfd.readouterr().err
+
