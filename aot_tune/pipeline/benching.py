@@ -49,12 +49,12 @@ class Benches:
         search_info = None
         start, began = time.perf_counter(), time.time()
         hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
-        self._await_reference(kp, unit, device, hold)
         planned = {c.id for c in unit.configs}
         wanted = self.staleness.baselines_to_measure(kp, unit)
         make_request = lambda config: self.request(kp, unit, config, kp.spec.bench, device)  # noqa: E731
         try:
             try:
+                self._await_reference(kp, unit, device, hold)
                 if unit.search.exhaustive:  # the baselines ride along with the last batch of configs
                     baselines = Baselines(unit, wanted, make_request, planned.__contains__)
                     entries, fresh = self._measure_all(kp, unit, hold, previous, device, baselines)
