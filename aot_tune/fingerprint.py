@@ -57,7 +57,7 @@ def measured_code(sources: SourceIndex, spec: "KernelSpec") -> str:
 
 def measured_dependencies(sources: SourceIndex, spec: "KernelSpec") -> tuple[str, dict[str, str]]:
     """``measured_code`` and the pieces it covers, each with its digest (kept in every record)."""
-    return spec_closure(sources, spec, [ref for ref in (spec.kernel, spec.launch, spec.inputs, spec.reference) if ref])
+    return spec_closure(sources, spec, list(spec.module_refs))
 
 
 def spec_closure(sources: SourceIndex, spec: "KernelSpec", refs: list[str], with_lines: bool = False,

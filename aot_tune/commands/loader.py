@@ -166,8 +166,7 @@ class ManifestLoader(TaskLoader2):
         devices = plan.devices
         if cluster is not None:
             try:
-                refs = [ref for kp in plan.kernels for ref in (kp.spec.kernel, kp.spec.launch, kp.spec.inputs,
-                                                               kp.spec.reference) if ref]
+                refs = [ref for kp in plan.kernels for ref in kp.spec.module_refs]
                 cluster.use_project(plan.manifest.root, refs, plan.triton_cache_dir)
             except TuneError as err:
                 cluster.close()

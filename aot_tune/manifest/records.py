@@ -146,6 +146,12 @@ class KernelSpec:
         return TuneError(f"{problem} (from '{shorten(ref)}' in the manifest); fix: {fix}")
 
     @property
+    def module_refs(self) -> tuple[str, ...]:
+        """The ``module:attr`` a worker imports to launch, feed and check the kernel (kernel,
+        launch, inputs, and the reference where there is one)."""
+        return tuple(ref for ref in (self.kernel, self.launch, self.inputs, self.reference) if ref)
+
+    @property
     def dims(self) -> tuple[str, ...]:
         """Every dim a shape names: the key dims, then the bench dims."""
         return self.key + self.bench_dims

@@ -251,10 +251,8 @@ def _imports(plan: Plan, staleness: Staleness, result: Forecast) -> None:
     modules, and the tuning process's of their own exporters (which a merge runs), with torch
     and triton first where those reach them."""
     calibration = result.calibration
-    busy = [kp for kp in plan.kernels if kp.compile_only or any(not staleness.bench_done(kp, u)
-                                                                for u in kp.bench_units)]
-    refs = {ref for kp in busy for ref in (kp.spec.kernel, kp.spec.launch, kp.spec.inputs, kp.spec.reference,
-                                           kp.spec.vendor) if ref}
+    busy = [kp for kp in plan.kernels if kp.compile_only or staleness.benches_stale(kp)]
+    refs = {ref for kp in busy for ref in (*kp.spec.module_refs, kp.spec.vendor) if ref}
     workers = import_cost(plan.manifest.root, sorted({ref.partition(":")[0] for ref in refs}))
     exporters = sorted({e.to.partition(":")[0] for kp in busy for e in kp.spec.exports if ":" in e.to})
     main = import_cost(plan.manifest.root, exporters) if exporters else None
@@ -277,8 +275,7 @@ def may_have_work(plan: Plan, staleness: Staleness) -> bool:
     """Whether a run may do anything, asked before ``forecast`` so that a no-op run predicts
     nothing at the cost of nothing: only a bench that is not done, or a launch compiled but not
     measured, needs a compile or a capture (the staleness the bench stage asks anyway)."""
-    return any(kp.compile_only for kp in plan.kernels) or \
-        any(not staleness.bench_done(kp, u) for kp in plan.kernels for u in kp.bench_units)
+    return any(kp.compile_only or staleness.benches_stale(kp) for kp in plan.kernels)
 
 
 def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],

@@ -41,8 +41,7 @@ class TuneSession:
         self.tables = Tables(plan, self.staleness)
         self.forecast: Forecast | None = None  # the run's prediction, made before it started (None: a no-op)
         executors.device_imports = tuple((str(plan.manifest.root), ref) for kp in plan.kernels
-                                         for ref in (kp.spec.kernel, kp.spec.launch, kp.spec.inputs, kp.spec.reference)
-                                         if ref)
+                                         for ref in kp.spec.module_refs)
         self._imported_before = loading.IMPORTED["seconds"]  # this process's imports of project modules
         self._clock: RunClock | None = None  # the run's estimate of what is left, from the forecast
 
@@ -67,7 +66,7 @@ class TuneSession:
         """Part of planning (aot_tune.pipeline.specializing), before doit gets the tasks. Where a
         bench is stale, the device workers start first: their start-up (CUDA, the kernels' imports)
         then overlaps the captures and the compiles rather than the first bench."""
-        if any(not self.staleness.bench_done(kp, u) for kp in self.plan.kernels for u in kp.bench_units):
+        if any(self.staleness.benches_stale(kp) for kp in self.plan.kernels):
             self.executors.devices.start()
         specializing.capture(self.plan, self.staleness, self.executors, self.stats)
 

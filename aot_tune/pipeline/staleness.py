@@ -138,6 +138,10 @@ class Staleness:
             memo = self._to_measure[unit.output] = (record, todo, frozenset(todo))
         return memo
 
+    def benches_stale(self, kp: KernelPlan) -> bool:
+        """Whether any of the kernel's bench tasks is not done."""
+        return any(not self.bench_done(kp, unit) for unit in kp.bench_units)
+
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
         """Done when a record under this fingerprint covers exactly the planned configs (for a
         budgeted search: its search under this strategy and budget, the fingerprint, chose among
