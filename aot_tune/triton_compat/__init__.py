@@ -16,8 +16,8 @@ from aot_tune.triton_compat.disk_cache import (CacheHitCounter, cache_entry_fold
 from aot_tune.triton_compat.layers import (AUTOTUNER, HEURISTICS, autotuner_configs, autotuners_refused, heuristics_over,
                                            layer_kind)
 from aot_tune.triton_compat.launch import (CapturedCompile, Specialization, capture_specializations,
-                                           compile_instead_of_launch, jit_function, find_instead_of_launch, load_found,
-                                           prebuild_launcher)
+                                           builds_launchers, compile_instead_of_launch, jit_function,
+                                           find_instead_of_launch, load_found, prebuild_launcher)
 from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, SharedMemoryExceeded, compile_error_kind,
                                            parse_target, pin_environment, shared_memory_limit,
                                            target_driver, triton_driver_created,
@@ -27,7 +27,7 @@ from aot_tune.triton_compat.warm import (hash_installation, hash_kernel_source, 
                                          jit_with_compile_path, load_cached_kernel, prepare_runtime, triton_release,
                                          warm_start_applies, warm_start_key, wrap_jit_compile)
 
-__all__ = ["AUTOTUNER", "autotuner_configs", "autotuners_refused", "cache_entry_folder", "CacheHitCounter",
+__all__ = ["AUTOTUNER", "autotuner_configs", "autotuners_refused", "builds_launchers", "cache_entry_folder", "CacheHitCounter",
            "capture_specializations", "CapturedCompile", "compile_error_kind", "compile_instead_of_launch",
            "cuobjdump_path", "find_instead_of_launch", "hash_installation", "hash_kernel_source", "HEURISTICS", "heuristics_over",
            "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",

@@ -108,7 +108,7 @@ def prebuild_launcher(kernel: Any) -> bool:
     s each on the H100 host), a compile worker doing it leaves the device's first launch a cache
     hit instead of a build on the bench's critical path. Nothing is built where Triton has no
     per-kernel launcher, or on a host without the CUDA driver's library to link it against."""
-    if not _builds_launchers():
+    if not builds_launchers():
         return False
     from triton.backends.nvidia import driver as nvidia
 
@@ -120,7 +120,8 @@ def prebuild_launcher(kernel: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _builds_launchers() -> bool:
+def builds_launchers() -> bool:
+    """Whether this Triton builds a C launcher per kernel signature, and this host can link one."""
     try:
         from triton.backends.nvidia import driver as nvidia
 

@@ -450,9 +450,9 @@ def test_a_compile_builds_the_launcher_its_first_launch_would_build(tmp_path):
     """Where Triton builds a C launcher per kernel signature (3.6), the compile worker builds it
     into Triton's cache, so the device's first launch of the kernel finds it instead of running
     gcc on the bench's critical path."""
-    from aot_tune.triton_compat.launch import _builds_launchers
+    from aot_tune.triton_compat import builds_launchers
 
-    if not _builds_launchers():
+    if not builds_launchers():
         pytest.skip("this Triton launches through one generic launcher: nothing to build ahead")
     cache = tmp_path / "triton-cache"
     code = textwrap.dedent("""
