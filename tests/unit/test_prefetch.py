@@ -85,6 +85,24 @@ def test_a_freed_device_goes_to_the_lease_whose_shape_it_built(pool):
     assert granted[1][0] == (("n", 5),)
 
 
+def test_a_shape_goes_back_to_the_idle_device_that_measured_it_last(pool):
+    """Its input sets, references and kernels are there; another idle device would build and
+    load them again."""
+    with pool.lease(upcoming=request(1)) as first, pool.lease(upcoming=request(2)) as second:
+        pool.next_for(first.index, request(1))  # as each batch is sent
+        pool.next_for(second.index, request(2))
+    assert pool._idle == [second.index, first.index]  # freed in that order
+    with pool.lease(upcoming=request(1)) as again:
+        assert again.index == first.index
+    with pool.lease(upcoming=request(3)) as new:  # a shape no device holds: the first idle one
+        assert new.index == second.index
+    pool.discard(first.index)  # a fresh worker holds nothing
+    assert pool._measuring == {second.index: ("vector_add", (("n", 2),), "float32")}
+    oldest_idle = pool._idle[0]
+    with pool.lease(upcoming=request(1)) as after:
+        assert after.index == oldest_idle
+
+
 def test_an_idle_device_is_not_kept_for_the_shape_another_one_built(pool):
     granted: list = []
     release_other = threading.Event()

@@ -186,6 +186,7 @@ class DevicePool(Runner):
         self._idle: list[int] = list(range(device_count))
         self._waiting: list[_Ticket] = []
         self._built_ahead: dict[int, tuple] = {}  # device -> the shape its worker was told to build next
+        self._measuring: dict[int, tuple] = {}  # device -> the shape of the last batch sent to its worker
         # One lock per device: starting one worker (seconds: torch, CUDA) never blocks another's lease.
         self._locks = [threading.Lock() for _ in range(device_count)]
         self._warming = threading.Lock()
@@ -218,10 +219,13 @@ class DevicePool(Runner):
 
     def _grant(self) -> None:
         """Give idle devices to waiting leases (under ``_grants``): first to a lease whose shape a
-        device's worker built ahead, then in the order they were asked for."""
+        device's worker holds (built ahead, or measured last: its input sets, references and
+        kernels are there), then in the order they were asked for. A shape's batches thus stay
+        on one device where they can; spread over devices, each of them builds the shape's
+        inputs and loads its kernels again."""
         while self._idle and self._waiting:
             index, ticket = next(((i, t) for t in self._waiting for i in self._idle
-                                  if t.key is not None and self._built_ahead.get(i) == t.key),
+                                  if t.key is not None and t.key in (self._built_ahead.get(i), self._measuring.get(i))),
                                  (self._idle[0], self._waiting[0]))
             self._idle.remove(index)
             self._waiting.remove(ticket)
@@ -232,8 +236,9 @@ class DevicePool(Runner):
         """The first request of the shape device ``index`` should build while it measures
         ``sending``'s: the one it was told before while a lease still waits for it (its worker
         keeps only the shape it is told), else the longest-waiting lease's whose shape no other
-        device builds."""
+        device builds. Called as the batch is sent: the device then holds ``sending``'s shape."""
         with self._grants:
+            self._measuring[index] = workload_key(sending)
             own = self._built_ahead.get(index)
             taken = {k for i, k in self._built_ahead.items() if i != index} | {workload_key(sending)}
             waiting = [t for t in self._waiting if t.key is not None and t.key not in taken]
@@ -309,7 +314,8 @@ class DevicePool(Runner):
 
     def discard(self, index: int) -> None:
         with self._grants:
-            self._built_ahead.pop(index, None)  # a fresh worker has built nothing ahead
+            self._built_ahead.pop(index, None)  # a fresh worker holds no shape
+            self._measuring.pop(index, None)
         with self._locks[index]:
             worker = self._workers.pop(index, None)
         if worker is not None:
