@@ -72,7 +72,7 @@ def tune(project: Path, gpus: int, args: argparse.Namespace) -> dict:
                           capture_output=True, text=True)
     wall = time.perf_counter() - began
     summary = [line for line in proc.stderr.splitlines()
-               if line.startswith(("compile:", "bench:", "specialize:", "bench stage:"))]
+               if line.startswith(("compile:", "bench:", "specialize:", "bench stage:", "bench device time:"))]
     print(f"  {gpus} GPU(s): {wall:.1f} s wall; " + " | ".join(summary), flush=True)
     if proc.returncode != 0:
         sys.exit(f"bench_scaling: doit tune failed in {project}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
@@ -80,13 +80,17 @@ def tune(project: Path, gpus: int, args: argparse.Namespace) -> dict:
     if not stage:
         sys.exit(f"bench_scaling: no bench stage timing in the output of {project}:\n{proc.stderr[-3000:]}")
     batches = re.search(r"([\d.]+)s from its first batch to its end", proc.stderr)
-    spans = json.loads((project / ".aot_tune" / "runs.json").read_text())[-1]["stages"]  # this run's record
+    record = json.loads((project / ".aot_tune" / "runs.json").read_text())[-1]  # this run's record
+    spans = record["stages"]
     compile_start, compile_end = spans.get("compile", (0.0, 0.0))
     bench_start, bench_end = spans["bench"]
     return {"gpus": gpus, "wall_s": round(wall, 2), "compile_s": round(compile_end - compile_start, 2),
             "stage_s": float(stage.group(1)), "after_up_s": float(stage.group(2)),
             "from_first_batch_s": float(batches.group(1)) if batches else float("nan"),
-            "after_compiles_s": round(bench_end - max(bench_start, compile_end), 2)}
+            "after_compiles_s": round(bench_end - max(bench_start, compile_end), 2),
+            # where the devices' held time went, summed over the devices (the summary's split)
+            "device_s": {key.removeprefix("device "): round(value, 2)
+                         for key, value in record.get("worker_seconds", {}).items() if key.startswith("device ")}}
 
 
 def main() -> None:
