@@ -33,12 +33,6 @@ from aot_tune.bench.runner import DeviceModel, Runner
 from aot_tune.build.specialize import UNBOUND, SpecializeRequest, SpecializeResult, capture, launch_key
 
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
-#: How much lower than the run's the compile workers' (and their ptxas children's) CPU priority
-#: is. With every core compiling, the device workers' host work (a pipelined pass issues every
-#: launch, finds and loads kernels, builds input sets) and the run's own threads otherwise wait
-#: for a core behind the compiles, with their devices idle; compiles lose little, as the
-#: device workers need a few cores.
-COMPILE_NICENESS = 10
 
 
 #: How this worker started (read by ``worker_state``): whether torch was already imported when
@@ -53,7 +47,6 @@ def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None =
     modules = len(sys.modules)
     forking.exit_with_owner(environ)
     forking.adopt_environment(environ)
-    _lower_priority(COMPILE_NICENESS)
     os.environ["TRITON_CACHE_DIR"] = triton_cache_dir
     os.environ.pop("TRITON_INTERPRET", None)
     from aot_tune import triton_compat
@@ -63,15 +56,6 @@ def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None =
     import triton  # noqa: F401
 
     _STARTED["modules_imported"] = len(sys.modules) - modules
-
-
-def _lower_priority(steps: int) -> None:
-    """Run this process ``steps`` nicer than its parent (never past the lowest priority); a
-    system that refuses leaves it as it is."""
-    try:
-        os.nice(max(0, min(steps, 19 - os.getpriority(os.PRIO_PROCESS, 0))))
-    except (OSError, AttributeError):
-        pass
 
 
 def _started() -> int:
@@ -87,7 +71,6 @@ def worker_state(hold_s: float = 0.0) -> dict:
     time.sleep(hold_s)
     preload = sys.modules.get(forking.PRELOAD_MODULE)  # inherited from the fork server, if forked from it
     return {"pid": os.getpid(), "forked": forking.forked_from_server(), **_STARTED,
-            "niceness": os.getpriority(os.PRIO_PROCESS, 0),
             "preload": dict(preload.STATE) if preload is not None else {},
             "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR"), "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET"),
             "environ": dict(os.environ)}
