@@ -41,6 +41,18 @@ def resolve(root: str, ref: str) -> Any:
     return bind(root) if callable(bind) else value
 
 
+def import_ahead(imports: Sequence[tuple[str, str]]) -> None:
+    """Import a manifest's ``module:attr`` references (``(folder, ref)`` pairs) while a worker
+    starts, before its first task: a library's import (fla's is 3-7 s a process) then overlaps
+    other work instead of holding up that task. A failure is not reported here: the task that
+    needs the import raises it again, as its result."""
+    for root, ref in imports:
+        try:
+            resolve(root, ref)
+        except Exception:  # noqa: BLE001 - reported by the task that needs it
+            pass
+
+
 def load_kernel_module_attrs(root: str, refs: Sequence[str]) -> list[Any]:
     return [resolve(root, ref) for ref in refs]
 

@@ -28,6 +28,7 @@ from aot_tune import forking
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
 from aot_tune.build.deadline import CompileDeadline
+from aot_tune.build.loading import import_ahead
 from aot_tune.errors import TuneError
 from aot_tune.bench.runner import DeviceModel, Runner
 from aot_tune.build.specialize import UNBOUND, SpecializeRequest, SpecializeResult, capture, launch_key
@@ -40,9 +41,12 @@ DEFAULT_COMPILE_TIMEOUT_S = 600.0
 _STARTED: dict = {}
 
 
-def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None = None) -> None:
+def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None = None,
+                         imports: tuple[tuple[str, str], ...] = ()) -> None:
     """Pool initializer: take the pool's environment, pin Triton's cache and env before any
-    compile, and import what the fork server did not (everything, for a spawned worker)."""
+    compile, and import what the fork server did not (everything, for a spawned worker), then
+    the kernels' modules (``imports``): every worker starts with the run, so a library's import
+    overlaps the captures instead of delaying a worker's first compile."""
     _STARTED["torch_preloaded"] = "torch" in sys.modules
     modules = len(sys.modules)
     forking.exit_with_owner(environ)
@@ -56,6 +60,9 @@ def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None =
     import triton  # noqa: F401
 
     _STARTED["modules_imported"] = len(sys.modules) - modules
+    began = time.perf_counter()
+    import_ahead(imports)
+    _STARTED["kernel_imports_s"] = time.perf_counter() - began
 
 
 def _started() -> int:
@@ -63,9 +70,9 @@ def _started() -> int:
     return os.getpid()
 
 
-def worker_state(hold_s: float = 0.0) -> dict:
+def worker_state(hold_s: float = 0.0, module: str = "") -> dict:
     """What a compile worker runs with (for tests and diagnostics), after ``hold_s`` seconds (so
-    that tasks submitted together land on different workers)."""
+    that tasks submitted together land on different workers); ``module``: whether it is imported."""
     import time
 
     time.sleep(hold_s)
@@ -73,7 +80,7 @@ def worker_state(hold_s: float = 0.0) -> dict:
     return {"pid": os.getpid(), "forked": forking.forked_from_server(), **_STARTED,
             "preload": dict(preload.STATE) if preload is not None else {},
             "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR"), "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET"),
-            "environ": dict(os.environ)}
+            "environ": dict(os.environ), "imported": bool(module) and module in sys.modules}
 
 
 class Executors:
@@ -96,9 +103,9 @@ class Executors:
         self._compiles_started = False
         self._closed = False
         self._lock = threading.Lock()
-        #: (manifest folder, ``module:attr``) the local device workers import while they start
-        #: (aot_tune.bench.local.pool.DevicePool.imports); set before the devices are first used.
-        self.device_imports: tuple[tuple[str, str], ...] = ()
+        #: (manifest folder, ``module:attr``) the compile workers and the local device workers
+        #: import while they start (aot_tune.build.loading.import_ahead); set before either starts.
+        self.kernel_imports: tuple[tuple[str, str], ...] = ()
 
     def _pool(self) -> cf.ProcessPoolExecutor:
         context = forking.context()  # the first call in a process waits for the fork server's first worker
@@ -112,7 +119,7 @@ class Executors:
     def _new_pool(self, workers: int, context) -> cf.ProcessPoolExecutor:
         """Compile workers in ``context`` (the fork server's, or spawn), set up for this run."""
         return cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_warm_compile_worker,
-                                      initargs=(self.triton_cache_dir, forking.environment()))
+                                      initargs=(self.triton_cache_dir, forking.environment(), self.kernel_imports))
 
     def start_compiles(self) -> None:
         """Start the compile workers now, all of them, in the background: the fork server begins
@@ -250,7 +257,7 @@ class Executors:
         with self._lock:
             if self._device_pool is None:
                 self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir,
-                                               imports=self.device_imports)
+                                               imports=self.kernel_imports)
             return self._device_pool
 
     def close(self) -> None:

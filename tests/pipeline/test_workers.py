@@ -63,6 +63,22 @@ def test_compile_workers_are_forks_of_a_server_that_imported_torch_once(tmp_path
 
 
 @needs_forkserver
+def test_compile_workers_import_the_kernels_modules_as_they_start(tmp_path):
+    """Each worker imports the kernels' modules in its start-up (a library's import, seconds,
+    overlaps the captures); one that fails to import is left to the compile that needs it."""
+    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2)
+    root = str(Path(__file__).resolve().parents[2])
+    executors.kernel_imports = ((root, "kernels.vector_add:add"), (root, "no_such_module:thing"))
+    try:
+        found = [executors._pool().submit(worker_state, 1.0, "kernels.vector_add") for _ in range(2)]
+        found = {s["pid"]: s for s in (f.result(timeout=120) for f in found)}
+    finally:
+        executors.close()
+    assert len(found) == 2
+    assert all(s["imported"] and s["kernel_imports_s"] > 0 for s in found.values()), found
+
+
+@needs_forkserver
 def test_no_cuda_in_the_fork_server():
     """A GPU device worker forked from the server initializes CUDA itself: the server must not
     have initialized the CUDA driver or NVML (a CUDA build of torch loads libcuda when imported,

@@ -41,6 +41,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     """
     from aot_tune import triton_compat
     from aot_tune import forking
+    from aot_tune.build.loading import import_ahead
 
     forking.exit_with_owner(environ)
     forking.adopt_environment(environ)
@@ -57,7 +58,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     from aot_tune.bench.engine.pipeline import context_usable, measure_configs
 
     info, device, clocks = _open_device(backend, device_index)
-    import_ahead(imports)
+    import_ahead(imports)  # before the worker says it is up
     conn.send(info)
     counter = triton_compat.CacheHitCounter()
     workloads = Workloads(device, info.l2_bytes)
@@ -103,16 +104,6 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     return
             seconds["batches"] = time.perf_counter() - began
             conn.send(("done", dict(seconds)))
-
-
-def import_ahead(imports: Sequence[tuple[str, str]]) -> None:
-    """Import what the benches will launch, before the worker is up: the first batch then finds it
-    imported. A failure here is not reported: the batch that needs the import raises it again."""
-    from aot_tune.build.loading import resolve
-
-    for root, ref in imports:
-        with contextlib.suppress(Exception):
-            resolve(root, ref)
 
 
 def workload_key(request: BenchRequest) -> tuple:
