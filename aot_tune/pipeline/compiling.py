@@ -79,6 +79,7 @@ class Compiles:
         )
         start, began = time.perf_counter(), time.time()
         self.stragglers.compile_started(unit.name)
+        stats.progress["compile"].start(unit.name)
         result = self.executors.compile(request, unit.config.id, may_win=lambda: self._may_win(kp, unit))
         self.stragglers.compile_ended(unit.name, spec.name, unit.target, result.seconds if result.valid else None)
         stats.seconds["compile"] += time.perf_counter() - start

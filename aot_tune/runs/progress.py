@@ -8,8 +8,10 @@ its finished tasks took against their prediction, the kernel's own where any fin
 (``Progress.scale``: the first task of each lane is left out, since a worker's first compile also
 warms Triton up and a device's first bench loads its kernels and builds Triton's launchers): a
 bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
-compiles twice as slow as predicted reads so after its first compiles. Without one it is
-elapsed / done x left.
+compiles twice as slow as predicted reads so after its first compiles. A task that has started
+(``start``) counts only what is left of its prediction, at least ``RUNNING_FLOOR`` of it: the
+last slow compile of a stage, 8 s into its predicted 8 s, leaves about nothing, not 8 s. Without
+a prediction it is elapsed / done x left.
 
 The run's estimate (``RunClock``) follows the stages as they overlap: while compiles are left,
 the later of the compile stage's estimate with what the benches add after the last compile, and
@@ -25,6 +27,9 @@ import time
 from collections.abc import Mapping
 
 MIN_INTERVAL_S = 2.0
+#: The least share of its predicted seconds a running task is still expected to take, however
+#: long it has run (one past its prediction is not about to end).
+RUNNING_FLOOR = 0.1
 
 
 class Progress:
@@ -44,15 +49,22 @@ class Progress:
         self._expected = dict(expected or {})
         self._lanes = max(1, lanes)
         self._took: dict[str, float] = {}  # finished tasks with a prediction -> their seconds, in order
+        self._started: dict[str, float] = {}  # running tasks -> when they started (time.monotonic())
         self.run = run
         if run is not None:
             run.stages[stage] = self
+
+    def start(self, task: str) -> None:
+        """``task`` runs from now on (a compile handed to its worker)."""
+        with self._lock:
+            self._started[task] = time.monotonic()
 
     def advance(self, note: str = "", task: str = "", seconds: float | None = None) -> None:
         """One task done; ``task`` and the ``seconds`` it took (its own, not its waits) tell the estimate."""
         with self._lock:
             self.done += 1
             self.total = max(self.total, self.done)  # a task the up-front count did not foresee
+            self._started.pop(task, None)
             if task in self._expected and seconds is not None:
                 self._took[task] = seconds
             now = time.monotonic()
@@ -104,8 +116,15 @@ class Progress:
         if not self._expected or not left:
             return elapsed / max(self.done, 1) * (self.total - self.done)
         scales = {group: self.scale(group) for group in {_group(task) for task, _ in left}}
-        seconds = [s * scales[_group(task)] for task, s in left]
+        started, now = self._started.copy(), time.monotonic()
+        seconds = [_still(s * scales[_group(task)], now - started[task] if task in started else 0.0)
+                   for task, s in left]
         return max(sum(seconds) / self._lanes, max(seconds))
+
+
+def _still(predicted: float, ran: float) -> float:
+    """What is left of a task predicted at ``predicted`` seconds that has run ``ran`` of them."""
+    return max(predicted - ran, RUNNING_FLOOR * predicted)
 
 
 def _group(task: str) -> str:

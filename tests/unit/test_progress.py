@@ -203,3 +203,22 @@ def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness
     benches.advance(task="b0", seconds=0.5)
     benches.advance(task="b1", seconds=1.5)
     assert run.left_s() == pytest.approx(max(2.0 + 0.5 * 3, 6.0 + 2.0 - 8.0) + 4.0)
+
+
+def test_a_running_task_counts_only_what_is_left_of_its_prediction(clock) -> None:
+    """The stage's slow compile (8 s predicted) started with the others: once the short ones
+    are done it has run 7 s, so about 1 s is left, not 8; past its prediction, a tenth of it."""
+    p = Progress("compile", 3, stream=io.StringIO(), expected={"slow": 8.0, "a": 1.0, "b": 1.0}, lanes=2)
+    p.start("slow")
+    p.start("a")
+    clock.now += 1.0
+    p.advance(task="a", seconds=1.0)
+    p.start("b")
+    assert p.left_s(1.0) == pytest.approx(7.0)  # max((7 + 1) / 2, 7)
+    clock.now += 6.0
+    p.advance(task="b", seconds=1.0)
+    assert p.left_s(7.0) == pytest.approx(1.0)
+    clock.now += 3.0
+    assert p.left_s(10.0) == pytest.approx(0.8)  # 10 s into 8: not about to end
+    p.advance(task="slow", seconds=10.0)
+    assert p.finished and not p._started
