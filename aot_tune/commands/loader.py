@@ -19,7 +19,7 @@ from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_comp
                                        opt_insecure_tcp, opt_manifest, opt_scheduler, opt_tls_ca_file, opt_tls_cert,
                                        opt_tls_key, opt_worker_wait)
 from aot_tune.errors import StageFailure, TuneError
-from aot_tune.pipeline.forecast import forecast, may_have_work
+from aot_tune.pipeline.forecast import forecast, import_walk, may_have_work
 from aot_tune.pipeline.plan import Plan, build_plan
 from aot_tune.runs.history import read_history
 from aot_tune.runs.log import read_runs
@@ -181,14 +181,17 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {note}")
             for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
-            if may_have_work(plan, staleness):  # a no-op run predicts nothing, and starts no worker
-                forking.start_server()  # its imports (seconds) overlap the forecast and the captures' set-up
-                predicted = predict(plan, staleness, jobs, deadline)
-                self.session.forecast = None if predicted is None or predicted.idle else predicted
+            working = may_have_work(plan, staleness)  # a no-op run predicts nothing, and starts no worker
+            if working:
+                forking.start_server()  # its imports (seconds) overlap the captures' set-up
+                walk = start_walk(plan, staleness)  # a library's import tree is read while the captures run
             try:
                 self.session.specialize()
             except TuneError as err:
                 raise InvalidDodoFile(str(err)) from None
+            if working:  # before the tasks: their order and progress lines use it
+                predicted = predict(plan, staleness, jobs, deadline, walk)
+                self.session.forecast = None if predicted is None or predicted.idle else predicted
         task_list = []
         for stage in (compile, bench, merge, generate):
             task_list.extend(generate_tasks(stage.__name__, _adapted(stage.tasks(self.session)), stage.__doc__))
@@ -226,12 +229,21 @@ class ManifestLoader(TaskLoader2):
                               insecure_tcp=bool(self.options.get("insecure_tcp", False)))
 
 
-def predict(plan: Plan, staleness: Staleness, jobs: int, deadline: CompileDeadline):
+def start_walk(plan: Plan, staleness: Staleness):
+    """The forecast's import walk, started now (None where it could not start: ``predict`` then
+    makes its own, and says what failed)."""
+    try:
+        return import_walk(plan, staleness)
+    except Exception:  # noqa: BLE001 - predict() meets it again and reports it
+        return None
+
+
+def predict(plan: Plan, staleness: Staleness, jobs: int, deadline: CompileDeadline, walk=None):
     """The run's forecast, or None where making it failed: an estimate must not stop a release
     build (a library laid out in a way the import walk does not know, say), so the run says so in
     one line and goes on without one (no progress estimate, bench tasks by config count)."""
     try:
-        return forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history())
+        return forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history(), walk)
     except Exception as exc:  # noqa: BLE001 - any fault of the estimate: the run itself is unaffected
         eprint(f"aot_tune: no estimate of this run ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
                "it runs without one (please report it)")

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from aot_tune.build.compile import (CompileHistory, compile_time_estimate, expected_compile_seconds,
                                     read_compile_result, recorded_compile_seconds)
 from aot_tune.build.deadline import CompileDeadline
-from aot_tune.build.imports import import_cost, kernel_bytes
+from aot_tune.build.imports import ImportWalk, kernel_bytes
 from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
 from aot_tune.manifest import SearchSettings
@@ -185,10 +185,12 @@ class Forecast:
 
 
 def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence[RunRecord] = (),
-             deadline: CompileDeadline = CompileDeadline(), history: Sequence[HistoryEntry] = ()) -> Forecast:
+             deadline: CompileDeadline = CompileDeadline(), history: Sequence[HistoryEntry] = (),
+             walk: ImportWalk | None = None) -> Forecast:
     """Predict the run of ``plan`` on ``compile_jobs`` compile workers, calibrated by ``runs``
     (this project's) and ``history`` (the machine's: aot_tune.runs.history) (reads the caches,
-    earlier outputs and the kernels' sources; runs and writes nothing)."""
+    earlier outputs and the kernels' sources; runs and writes nothing). ``walk``: the kernels'
+    import walk, started earlier (``import_walk``); else it is made here."""
     key = MachineKey(plan.device.backend, plan.device.key,
                      f"triton {plan.toolchain.triton}, torch {plan.toolchain.torch}", os.cpu_count() or 1,
                      max(1, compile_jobs))
@@ -239,23 +241,26 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
             work.on_demand += len(seconds)
         work.on_demand_candidates = sum(len(s) for t, s in candidates.items() if expected.get(t))
     if not result.idle:
-        _imports(plan, staleness, result)
+        _imports(result, walk or import_walk(plan, staleness))
         if sum(n for _, n in warmups):
             result.estimates["warmup_s"] = sum(w * n for w, n in warmups) / sum(n for _, n in warmups)
     _assemble(result, exhaustive, budgeted)
     return result
 
 
-def _imports(plan: Plan, staleness: Staleness, result: Forecast) -> None:
-    """The imports of the kernels with work (aot_tune.build.imports): the workers' of their
-    modules, and the tuning process's of their own exporters (which a merge runs), with torch
-    and triton first where those reach them."""
-    calibration = result.calibration
+def import_walk(plan: Plan, staleness: Staleness) -> ImportWalk:
+    """Start reading what the kernels with work import (aot_tune.build.imports): the workers'
+    modules, and the tuning process's own exporters (which a merge runs)."""
     busy = [kp for kp in plan.kernels if kp.compile_only or staleness.benches_stale(kp)]
     refs = {ref for kp in busy for ref in (*kp.spec.module_refs, kp.spec.vendor) if ref}
-    workers = import_cost(plan.manifest.root, sorted({ref.partition(":")[0] for ref in refs}))
     exporters = sorted({e.to.partition(":")[0] for kp in busy for e in kp.spec.exports if ":" in e.to})
-    main = import_cost(plan.manifest.root, exporters) if exporters else None
+    return ImportWalk(plan.manifest.root, sorted({ref.partition(":")[0] for ref in refs}), exporters)
+
+
+def _imports(result: Forecast, walk: ImportWalk) -> None:
+    """The imports' seconds, with torch and triton first where those reach them."""
+    calibration = result.calibration
+    workers, main = walk.result()
     result.import_s = calibration.imports(workers.seconds())
     if main is not None:
         toolchain = MAIN_TOOLCHAIN_SHARE * main.toolchain + MAIN_DYNAMO_SHARE * (main.toolchain and main.torch_compile)

@@ -39,7 +39,7 @@ class TuneSession:
         self.compiles = Compiles(plan, executors, self.staleness, self.stats)
         self.benches = Benches(plan, executors, self.staleness, self.compiles, self.stats)
         self.tables = Tables(plan, self.staleness)
-        self.forecast: Forecast | None = None  # the run's prediction, made before it started (None: a no-op)
+        self.forecast: Forecast | None = None  # the run's prediction, made before its first compile (None: a no-op)
         executors.kernel_imports = tuple((str(plan.manifest.root), ref) for kp in plan.kernels
                                          for ref in kp.spec.module_refs)
         self._imported_before = loading.IMPORTED["seconds"]  # this process's imports of project modules

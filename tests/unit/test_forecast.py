@@ -306,3 +306,38 @@ def test_a_failing_estimate_leaves_the_run_without_one_and_says_so(compiled_befo
     assert loader.predict(plan, staleness, 2, CompileDeadline()) is None
     assert "aot_tune: no estimate of this run (KeyError: 'scipy'); it runs without one" in capfd.readouterr().err
 
+
+
+def test_the_import_walk_runs_on_its_own_thread_and_its_fault_is_one_line(compiled_before, monkeypatch, capfd):
+    """The run starts the walk before its captures and makes the forecast after them: a library
+    that reaches a large tree (fla-core reaches transformers) is read while the captures run. A
+    walk that fails is the forecast's one line, as any fault of the estimate."""
+    import threading
+    import time
+
+    from aot_tune.build import imports
+    from aot_tune.build.deadline import CompileDeadline
+    from aot_tune.commands import loader
+
+    plan, staleness = plan_of(compiled_before)
+    made_here = loader.predict(plan, staleness, 2, CompileDeadline())
+    walked = threading.Event()
+    real = imports.import_cost
+
+    def slow(*args, **kwargs):
+        assert walked.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(imports, "import_cost", slow)
+    began = time.perf_counter()
+    walk = loader.start_walk(plan, staleness)  # returns while the walk waits
+    assert walk is not None and time.perf_counter() - began < 5
+    walked.set()
+    assert loader.predict(plan, staleness, 2, CompileDeadline(), walk).import_s == made_here.import_s
+
+    def broken(*args, **kwargs):
+        raise KeyError("fla")
+
+    monkeypatch.setattr(imports, "import_cost", broken)
+    assert loader.predict(plan, staleness, 2, CompileDeadline(), loader.start_walk(plan, staleness)) is None
+    assert "aot_tune: no estimate of this run (KeyError: 'fla'); it runs without one" in capfd.readouterr().err
