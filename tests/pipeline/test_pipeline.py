@@ -283,7 +283,8 @@ def test_a_run_where_no_config_passes_fails_and_keeps_the_good_table(tmp_path):
     failed = tune(project, "vector_add", check=False)
     assert failed.returncode != 0
     output = failed.stdout + failed.stderr
-    assert "vector_add float16 1000: no config passed (invalid 1, wrong_result 2)" in output
+    # the first bench to fail stops the run; which shape goes first follows the earlier run's timings
+    assert re.search(r"vector_add float(16|32) (1000|3000): no config passed \(invalid 1, wrong_result 2\)", output), output
     assert "relative error" in output
     assert "Traceback" not in output
     assert module.read_text() == good  # merge and generate never ran
