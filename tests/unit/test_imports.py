@@ -62,13 +62,18 @@ MODULES = {
                       "from .helpers import (\n    scale,\n    shift,\n)\nfrom lib import extra\n\n\n"
                       "def lazy():\n    import lib.never\n    return lib.never\n\n\n"
                       + KERNEL_1 + "\n\n" + KERNEL_2 + "\n\n"
-                      "class Holder:\n    import lib.inclass\n\n\nfast = torch.compile(lazy)\n",
+                      "class Holder:\n    import lib.inclass\n\n\nfast = torch.compile(lazy)\n"
+                      "from typing import TYPE_CHECKING\n"
+                      "if TYPE_CHECKING:\n    import lib.typed\n    from lib import typed2\nelse:\n    import lib.atrun\n",
     "lib/helpers.py": "scale = shift = 1\n",
     "lib/extra.py": "X = 1\n",
     "lib/inclass.py": "Y = 2\n",
     "lib/never.py": "import lib.nevernever\n",
     "lib/nevernever.py": "Z = 3\n",
     "lib/fromdoc.py": "W = 4\n",
+    "lib/typed.py": "T = 5\n",
+    "lib/typed2.py": "T = 6\n",
+    "lib/atrun.py": "R = 7\n",
     "lib/tiles.py": TILES,
 }
 
@@ -87,8 +92,10 @@ def size(root: Path, *names: str) -> int:
 
 def test_the_walk_follows_imports_outside_functions_and_counts_jitted_functions(library):
     cost = import_cost(library, ["lib.kernels"], path=[])
-    walked = ("lib/__init__.py", "lib/kernels.py", "lib/helpers.py", "lib/extra.py", "lib/inclass.py")
-    assert cost.modules == 5  # not never.py (imported in a function), nor fromdoc.py (named in a docstring)
+    walked = ("lib/__init__.py", "lib/kernels.py", "lib/helpers.py", "lib/extra.py", "lib/inclass.py", "lib/atrun.py")
+    # not never.py (imported in a function), fromdoc.py (named in a docstring), nor typed.py and
+    # typed2.py (for type checkers only: never run)
+    assert cost.modules == 6
     assert cost.source_bytes == size(library, *walked) and cost.cached_bytes == 0
     assert cost.jit_functions == 2
     # from each @triton.jit to the end of its body (and the blank lines after it)
@@ -98,7 +105,7 @@ def test_the_walk_follows_imports_outside_functions_and_counts_jitted_functions(
     assert "lib.kernels" not in sys.modules  # read, never imported
     assert cost.seconds() == pytest.approx(
         cost.source_bytes / 1e6 * imports.SOURCE_S_PER_MB + 2 * imports.JIT_S + cost.jit_bytes / 1e6 * imports.JIT_S_PER_MB
-        + imports.TORCH_COMPILE_S + 5 * imports.MODULE_S)
+        + imports.TORCH_COMPILE_S + 6 * imports.MODULE_S)
 
 
 def test_a_fresh_bytecode_cache_is_counted_as_cheaper_bytes(library):
@@ -106,7 +113,8 @@ def test_a_fresh_bytecode_cache_is_counted_as_cheaper_bytes(library):
     py_compile.compile(str(helper), cfile=cache_from_source(str(helper)))
     cost = import_cost(library, ["lib.helpers"], path=[])
     assert cost.cached_bytes == size(library, "lib/helpers.py")
-    assert cost.source_bytes == size(library, "lib/__init__.py", "lib/kernels.py", "lib/extra.py", "lib/inclass.py")
+    assert cost.source_bytes == size(library, "lib/__init__.py", "lib/kernels.py", "lib/extra.py", "lib/inclass.py",
+                                     "lib/atrun.py")
 
 
 def test_what_cannot_be_found_counts_nothing(library):
