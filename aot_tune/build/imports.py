@@ -11,8 +11,8 @@ followed through every module the references reach outside the standard library,
 aot_tune and what they import, which the workers have before they load a kernel) counts: modules,
 bytes compiled from source and read from a fresh bytecode cache, the bytes of Triton-jitted
 functions, and whether ``torch.compile`` runs at import. Imports inside functions are not
-followed (they run later, if ever), nor those under ``if TYPE_CHECKING:`` (never run). The walk reads lines, not syntax trees: an AST of fla takes
-2 s to build, the lines 0.3 s.
+followed (they run later, if ever), nor those under ``if TYPE_CHECKING:`` (never run). The walk
+reads lines, not syntax trees: an AST of fla takes 2 s to build, the lines 0.3 s.
 """
 from __future__ import annotations
 
@@ -104,8 +104,8 @@ def import_cost(root: str | os.PathLike, modules: Iterable[str], path: Sequence[
 class ImportWalk:
     """``import_cost`` of the workers' modules and of the tuning process's (its exporters'), on a
     thread of its own from the moment it is made: a library that reaches a large tree (fla-core
-    reaches transformers: the walk's 4000 files took 5 s on a GPU host) is read while the run
-    captures its launches, not before them. ``result`` waits for it and raises what it raised."""
+    reaches transformers on the GPU images) is read while the run captures its launches, not
+    before them. ``result`` waits for it and raises what it raised."""
 
     def __init__(self, root: str | os.PathLike, workers: Sequence[str], main: Sequence[str]) -> None:
         self._found: tuple[ImportCost, ImportCost | None] | None = None
@@ -212,7 +212,8 @@ def _statements(text: str, package: str, cost: ImportCost) -> list[str]:
             if not deferred and _TORCH_COMPILE.search(line):
                 cost.torch_compile = True
             if _BLOCK.match(line):
-                blocks.append((indent, line.startswith(("def ", "async def ")) or bool(_TYPE_CHECKING.match(line))))
+                later = line.startswith(("def ", "async def ")) or bool(_TYPE_CHECKING.match(line))
+                blocks.append((indent, later))
             pending = line if not deferred and line.startswith(("import ", "from ")) else ""
         elif pending and not quote:
             pending += " " + line
