@@ -251,7 +251,7 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
 def import_walk(plan: Plan, staleness: Staleness) -> ImportWalk:
     """Start reading what the kernels with work import (aot_tune.build.imports): the workers'
     modules, and the tuning process's own exporters (which a merge runs)."""
-    busy = [kp for kp in plan.kernels if kp.compile_only or staleness.benches_stale(kp)]
+    busy = kernels_with_work(plan, staleness)
     refs = {ref for kp in busy for ref in (*kp.spec.module_refs, kp.spec.vendor) if ref}
     exporters = sorted({e.to.partition(":")[0] for kp in busy for e in kp.spec.exports if ":" in e.to})
     return ImportWalk(plan.manifest.root, sorted({ref.partition(":")[0] for ref in refs}), exporters)
@@ -280,7 +280,13 @@ def may_have_work(plan: Plan, staleness: Staleness) -> bool:
     """Whether a run may do anything, asked before ``forecast`` so that a no-op run predicts
     nothing at the cost of nothing: only a bench that is not done, or a launch compiled but not
     measured, needs a compile or a capture (the staleness the bench stage asks anyway)."""
-    return any(kp.compile_only or staleness.benches_stale(kp) for kp in plan.kernels)
+    return bool(kernels_with_work(plan, staleness))
+
+
+def kernels_with_work(plan: Plan, staleness: Staleness) -> list[KernelPlan]:
+    """The kernels a run compiles, captures or measures anything of: compile-only ones, and
+    those with a bench that is not done."""
+    return [kp for kp in plan.kernels if kp.compile_only or staleness.benches_stale(kp)]
 
 
 def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
