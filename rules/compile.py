@@ -16,10 +16,9 @@ def tasks(session) -> Iterator[dict]:
     units = longest_first(  # doit dispatches in this order; only the stale units' order matters
         units, lambda item: compile_time_estimate(item[1].config.as_dict(), item[0].spec.compile_cost),
         lambda item: recorded_compile_seconds(item[1].output) if item[1].name in stale else None)
-    # The compiles of the configs the shapes' references launch go first: every check of a shape
-    # compares with its reference, and a reference whose compile has not landed is compiled by the
-    # device worker itself, on the bench's critical path (about 1 s a kernel with fla-core's).
-    references = _reference_compiles(session.plan)
+    # The compiles of the configs the shapes' references launch go first (Compiles.references);
+    # then the compile queue orders the rest by what it learns of each kernel's compiles.
+    references = session.compiles.references
     units.sort(key=lambda item: item[1].name not in references)
     session.start_stage("compile", len(stale), [u for _, u in units if u.name in stale])
     yield {"basename": "compile", "name": None,
@@ -34,8 +33,3 @@ def tasks(session) -> Iterator[dict]:
             "verbosity": 0,
         }
 
-
-def _reference_compiles(plan) -> set[str]:
-    """The compile units of the configs the bench units' references launch, for their devices' targets."""
-    return {cu.name for kp in plan.kernels for unit in kp.bench_units if unit.reference_config is not None
-            for cu in kp.compiles_for(unit, unit.reference_config, kp.bench_targets(plan.device_of(unit)))}

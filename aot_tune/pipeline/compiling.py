@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from typing import Iterable
 
-from aot_tune.build.compile import CompileRecord, CompileRequest, read_compile_result
+from aot_tune.build.compile import CompileRecord, CompileRequest, compile_time_estimate, read_compile_result
 from aot_tune.build.specialize import launch_key
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.fileio import write_atomic
+from aot_tune.pipeline.compile_queue import CompileQueue, compile_weight
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims
@@ -30,16 +31,32 @@ class Compiles:
         self.claims = CompileClaims()
         self.stragglers = Stragglers()  # compiles in flight, and the benches' verdicts on the slow ones
         self._results: dict[str, object] = {}  # compile unit -> its landed result (see result)
-        self._driver: ThreadPoolExecutor | None = None  # runs the queued compiles (see queue)
+        self._driver: CompileQueue | None = None  # runs the queued compiles (see queue)
         self._driver_lock = threading.Lock()
 
-    def queue(self, kp: KernelPlan, unit: CompileUnit) -> None:
+    @cached_property
+    def references(self) -> frozenset[str]:
+        """The compile units of the configs the bench units' references launch, for their devices'
+        targets: every check of a shape compares with its reference, and a reference whose compile
+        has not landed is compiled by the device worker itself, on the bench's critical path (about
+        1 s a kernel with fla-core's)."""
+        plan = self.plan
+        return frozenset(cu.name for kp in plan.kernels for unit in kp.bench_units if unit.reference_config is not None
+                         for cu in kp.compiles_for(unit, unit.reference_config, kp.bench_targets(plan.device_of(unit))))
+
+    def queue(self, kp: KernelPlan, unit: CompileUnit, predicted_s: float | None = None) -> None:
         """The compile task: queues the compile (unless a bench already ran it) and returns, so doit
-        reaches the bench tasks, which stream behind the compiles (aot_tune.pipeline.streaming)."""
+        reaches the bench tasks, which stream behind the compiles (aot_tune.pipeline.streaming).
+        The queue picks the order (aot_tune.pipeline.compile_queue); ``predicted_s``: the run's
+        prediction of this compile."""
         with self._driver_lock:
             if self._driver is None:
-                self._driver = ThreadPoolExecutor(self.executors.compile_jobs, thread_name_prefix="aot_tune-compile")
-        self.claims.schedule(unit.name, lambda: self.run(kp, unit), self._driver)
+                self._driver = CompileQueue(self.executors.compile_jobs)
+        driver = self._driver
+        weight = compile_weight(compile_time_estimate(unit.config.as_dict(), kp.spec.compile_cost)[0])
+        self.claims.schedule(unit.name, lambda: self.run(kp, unit, weight=weight),
+                             lambda job: driver.put(unit.name, kp.spec.name, weight, job, predicted_s or 0.0,
+                                                    unit.name in self.references))
 
     def run_once(self, kp: KernelPlan, unit: CompileUnit) -> None:
         """Compile now, unless it was queued or run before: then wait until it ended."""
@@ -57,16 +74,17 @@ class Compiles:
         planned. Returns what any of them raised (one line), or ""."""
         if self._driver is None:
             return ""
-        self._driver.shutdown(wait=True)
+        self._driver.shutdown()
         return self.claims.failures(self.claims.errors)
 
     def stop(self) -> None:
         """Drop the queued compiles no bench waited for (a run cut short); the running ones end with the pool."""
         if self._driver is not None:
-            self._driver.shutdown(wait=False, cancel_futures=True)
+            self._driver.shutdown(wait=False, cancel=True)
 
-    def run(self, kp: KernelPlan, unit: CompileUnit, on_demand: bool = False) -> None:
-        """Compile ``unit`` and write its record; ``on_demand``: for a search that reached its config."""
+    def run(self, kp: KernelPlan, unit: CompileUnit, on_demand: bool = False, weight: float | None = None) -> None:
+        """Compile ``unit`` and write its record; ``on_demand``: for a search that reached its config;
+        ``weight``: queued with it (the queue learns the kernel's pace from its valid compiles)."""
         stats = self.stats
         if "bench" in stats.progress and stats.progress["bench"].total:
             self.executors.devices.start()  # device workers start while the compiles run
@@ -85,6 +103,8 @@ class Compiles:
         stats.seconds["compile"] += time.perf_counter() - start
         stats.seconds["compiling"] += result.seconds  # the compiles themselves, without the workers' start-up
         if result.status == "ok":
+            if weight is not None and self._driver is not None:
+                self._driver.finished(spec.name, weight, result.seconds)
             stats.seconds["slowest valid compile"] = max(stats.seconds["slowest valid compile"], result.seconds)
         stats.span("compile", began, time.time())
         stats.compile_status[result.status] += 1

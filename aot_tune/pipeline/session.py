@@ -81,7 +81,7 @@ class TuneSession:
             self.executors.devices.start()
 
     def queue_compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
-        self.compiles.queue(kp, unit)
+        self.compiles.queue(kp, unit, self.forecast.task_seconds(unit) if self.forecast is not None else None)
 
     def compile(self, kp: KernelPlan, unit: CompileUnit) -> None:
         self.compiles.run_once(kp, unit)

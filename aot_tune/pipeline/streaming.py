@@ -3,7 +3,7 @@ wave the configs whose compiles have landed, instead of waiting for every compil
 (one straggler compile would hold the GPU idle).
 
 A compile task only queues its compile on the run's compile driver (as many threads as compile
-workers, in doit's longest-first order) and returns, so doit reaches the bench tasks at once
+workers, in the order of aot_tune.pipeline.compile_queue) and returns, so doit reaches the bench tasks at once
 instead of after the last compile task started; a bench task depends on no compile task and
 waits for its compiles to land. Where one was never queued (only bench tasks selected), the
 bench claims it and runs it itself. Every compile runs once: the first to claim it runs it, the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
@@ -66,11 +66,12 @@ class CompileClaims:
         finally:
             done.set()
 
-    def schedule(self, name: str, work: Callable[[], None], driver: Executor) -> None:
-        """Queue ``work`` on ``driver`` if nobody claimed ``name`` yet; return at once."""
+    def schedule(self, name: str, work: Callable[[], None], submit: Callable[[Callable[[], None]], None]) -> None:
+        """Queue ``work`` through ``submit`` (which runs the job it is given later, on another
+        thread) if nobody claimed ``name`` yet; return at once."""
         done = self._claim(name)
         if done is not None:
-            driver.submit(self._run, name, work, done)
+            submit(lambda: self._run(name, work, done))
 
     def run_once(self, name: str, work: Callable[[], None]) -> None:
         """Run ``work`` here if nobody claimed ``name`` yet, else wait until its claimant finished."""

@@ -76,8 +76,8 @@ def test_a_scheduled_compile_returns_at_once_and_a_failure_is_reported_to_its_be
         raise OSError("disk full")
 
     with ThreadPoolExecutor(1) as driver:
-        claims.schedule("u", failing, driver)
-        claims.schedule("u", lambda: None, driver)  # claimed already: not queued again
+        claims.schedule("u", failing, driver.submit)
+        claims.schedule("u", lambda: None, driver.submit)  # claimed already: not queued again
         assert claims.claimed("u") and not claims.finished("u")
         release.set()
         claims.run_once("u", lambda: None)  # waits for the claimant

@@ -1,0 +1,103 @@
+"""The compile queue's order: references first, one compile of each kernel early, then the compile
+expected to take longest from what the run learned of its kernel, else the plan's order."""
+from __future__ import annotations
+
+import threading
+import time
+
+from aot_tune.pipeline.compile_queue import CompileQueue
+
+
+class Clock:
+    """Seconds that pass only when a job says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _job(queue, clock, ran, name, seconds, gate=None):
+    kernel = name.rstrip("0123456789")
+
+    def run():
+        if gate is not None:
+            gate.wait(10)
+        ran.append(name)
+        clock.now += seconds
+        queue.finished(kernel, 1.0, seconds)  # what Compiles.run reports of a valid compile
+    return kernel, run
+
+
+def _put(queue, clock, ran, name, seconds, gate=None, first=False):
+    kernel, run = _job(queue, clock, ran, name, seconds, gate)
+    queue.put(name, kernel, 1.0, run, predicted_s=1.0, first=first)
+
+
+def _wait_for(predicate):
+    deadline = time.monotonic() + 10
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def test_a_kernel_that_compiles_slowly_goes_before_the_queued_compiles_of_fast_ones():
+    """As fla-core's delta rule: a slow kernel's configs came last in the plan's order. Its first
+    compile runs early (its kernel had none started), and its others follow it once it is known
+    to be slow, ahead of the fast kernel's; the reference's compile, queued last, goes first."""
+    clock, ran, gate = Clock(), [], threading.Event()
+    queue = CompileQueue(1, clock=clock)
+    _put(queue, clock, ran, "fast1", 1.0, gate)  # holds the only thread until everything is queued
+    _wait_for(lambda: queue._running)
+    for name in ("fast2", "fast3", "fast4", "slow1", "fast5", "slow2", "slow3"):
+        _put(queue, clock, ran, name, 5.0 if name.startswith("slow") else 1.0)
+    _put(queue, clock, ran, "ref1", 1.0, first=True)
+    gate.set()
+    queue.shutdown()
+    assert ran == ["fast1", "ref1", "slow1", "slow2", "slow3", "fast2", "fast3", "fast4", "fast5"]
+
+
+def test_a_compile_still_running_long_after_its_wave_promotes_its_kernels_others():
+    """Two threads: one holds the slow kernel's first compile; the other learns, from the time it
+    has run, that the slow kernel is at least that slow, and starts its other compiles first."""
+    clock, ran = Clock(), []
+    slow_gate, fast_gate = threading.Event(), threading.Event()
+    queue = CompileQueue(2, clock=clock)
+    _put(queue, clock, ran, "slow1", 5.0, slow_gate)
+    _wait_for(lambda: "slow1" in queue._running)
+    _put(queue, clock, ran, "fast1", 1.0, fast_gate)
+    _wait_for(lambda: "fast1" in queue._running)
+    for name in ("fast2", "fast3", "fast4", "fast5", "slow2", "slow3"):
+        _put(queue, clock, ran, name, 5.0 if name.startswith("slow") else 1.0)
+    fast_gate.set()
+    _wait_for(lambda: len(ran) == 7)
+    # fast1 and fast2 end at 1 s and 2 s; slow1 has then run 2 s, longer than a fast compile
+    assert ran == ["fast1", "fast2", "slow2", "slow3", "fast3", "fast4", "fast5"]
+    slow_gate.set()
+    queue.shutdown()
+    assert ran[-1] == "slow1"
+
+
+def test_without_anything_learned_the_plans_order_stands_and_a_cancel_drops_the_queued():
+    clock, ran, gate = Clock(), [], threading.Event()
+    queue = CompileQueue(1, clock=clock)
+    _put(queue, clock, ran, "a1", 1.0, gate)
+    _wait_for(lambda: queue._running)
+    for name in ("a2", "a3", "a4"):
+        _put(queue, clock, ran, name, 1.0)
+    queue.shutdown(wait=False, cancel=True)
+    gate.set()
+    _wait_for(lambda: not queue._running)
+    queue.shutdown()
+    assert ran == ["a1"]
+
+    ran.clear()
+    queue = CompileQueue(1, clock=clock)
+    gate = threading.Event()
+    _put(queue, clock, ran, "a1", 1.0, gate)
+    _wait_for(lambda: queue._running)
+    for name in ("a2", "a3", "b1", "a4"):
+        _put(queue, clock, ran, name, 1.0)
+    gate.set()
+    queue.shutdown()
+    assert ran == ["a1", "b1", "a2", "a3", "a4"]  # b's first compile early, then a's in the plan's order
