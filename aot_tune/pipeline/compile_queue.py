@@ -12,8 +12,9 @@ compiles in the plan's order and picks across kernels:
    early, and says how fast that kernel compiles;
 3. then the compile expected to take longest: from its kernel's finished compiles in this run
    (seconds over the config's estimate to ``ESTIMATE_POWER``), else the run's prediction; at
-   least what a running compile of its kernel has taken so far, scaled alike (a compile still
-   running after the others of the wave ended is a slow kernel's, known before it ends);
+   least ``RUNNING_FACTOR`` times what a running compile of its kernel has taken so far, scaled
+   alike (a compile still running after the others of its wave ended is a slow kernel's, known
+   before it ends);
 4. then the plan's order.
 """
 from __future__ import annotations
@@ -26,6 +27,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from aot_tune.build.compile import ESTIMATE_POWER
+
+#: A compile that has run ``t`` seconds is expected to take this times ``t`` in all: with no more
+#: known of it, it is as likely to be past the middle of its time as before it (compile times are
+#: heavy-tailed, and the first of a slow kernel's compiles must promote its others early).
+RUNNING_FACTOR = 2.0
 
 
 def compile_weight(estimate: float) -> float:
@@ -100,7 +106,7 @@ class CompileQueue:
         seconds = statistics.median(rates) * item.weight if rates else item.predicted_s
         for kernel, started, weight in self._running.values():
             if kernel == item.kernel:
-                seconds = max(seconds, (now - started) * item.weight / max(weight, 1e-12))
+                seconds = max(seconds, RUNNING_FACTOR * (now - started) * item.weight / max(weight, 1e-12))
         return seconds
 
     def _take(self) -> Queued | None:
