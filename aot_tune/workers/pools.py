@@ -32,7 +32,6 @@ from aot_tune.build.loading import import_ahead
 from aot_tune.errors import TuneError
 from aot_tune.bench.runner import DeviceModel, Runner
 from aot_tune.build.specialize import UNBOUND, SpecializeRequest, SpecializeResult, capture, launch_key
-from aot_tune.workers.cores import CoreSplit, pin, split_cores
 
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
 
@@ -43,13 +42,11 @@ _STARTED: dict = {}
 
 
 def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None = None,
-                         imports: tuple[tuple[str, str], ...] = (), cpus: frozenset[int] | None = None) -> None:
-    """Pool initializer: keep to ``cpus`` (the ones the device workers leave, aot_tune.workers.cores),
-    take the pool's environment, pin Triton's cache and env before any compile, and import what
-    the fork server did not (everything, for a spawned worker), then the kernels' modules
-    (``imports``): every worker starts with the run, so a library's import overlaps the captures
-    instead of delaying a worker's first compile."""
-    pin(cpus)
+                         imports: tuple[tuple[str, str], ...] = ()) -> None:
+    """Pool initializer: take the pool's environment, pin Triton's cache and env before any
+    compile, and import what the fork server did not (everything, for a spawned worker), then
+    the kernels' modules (``imports``): every worker starts with the run, so a library's import
+    overlaps the captures instead of delaying a worker's first compile."""
     _STARTED["torch_preloaded"] = "torch" in sys.modules
     modules = len(sys.modules)
     forking.exit_with_owner(environ)
@@ -109,9 +106,6 @@ class Executors:
         #: (manifest folder, ``module:attr``) the compile workers and the local device workers
         #: import while they start (aot_tune.build.loading.import_ahead); set before either starts.
         self.kernel_imports: tuple[tuple[str, str], ...] = ()
-        #: local GPU device workers on cores of their own, the compiles on the others (None: all share)
-        self.cores: CoreSplit | None = split_cores(device.count) if device.backend == "cuda" and cluster is None \
-            else None
 
     def _pool(self) -> cf.ProcessPoolExecutor:
         context = forking.context()  # the first call in a process waits for the fork server's first worker
@@ -125,8 +119,7 @@ class Executors:
     def _new_pool(self, workers: int, context) -> cf.ProcessPoolExecutor:
         """Compile workers in ``context`` (the fork server's, or spawn), set up for this run."""
         return cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_warm_compile_worker,
-                                      initargs=(self.triton_cache_dir, forking.environment(), self.kernel_imports,
-                                                self.cores.compiles if self.cores else None))
+                                      initargs=(self.triton_cache_dir, forking.environment(), self.kernel_imports))
 
     def start_compiles(self) -> None:
         """Start the compile workers now, all of them, in the background: the fork server begins
@@ -264,10 +257,7 @@ class Executors:
         with self._lock:
             if self._device_pool is None:
                 self._device_pool = DevicePool(self.device.backend, self.device.count, self.triton_cache_dir,
-                                               imports=self.kernel_imports,
-                                               cpus=self.cores.devices if self.cores else ())
-                if self.cores is not None:
-                    print(f"aot_tune: {self.cores.describe()}", file=sys.__stderr__, flush=True)
+                                               imports=self.kernel_imports)
             return self._device_pool
 
     def close(self) -> None:

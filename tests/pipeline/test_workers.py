@@ -18,7 +18,6 @@ from tunerun import doit_command, make_project, subprocess_env, tune, vector_add
 from aot_tune import triton_compat
 from aot_tune import forking
 from aot_tune.build.compile import CompileRequest
-from aot_tune.workers.cores import CoreSplit
 from aot_tune.workers.pools import Executors, worker_state
 from aot_tune.bench.runner import INTERPRETER_DEVICE
 
@@ -77,19 +76,6 @@ def test_compile_workers_import_the_kernels_modules_as_they_start(tmp_path):
         executors.close()
     assert len(found) == 2
     assert all(s["imported"] and s["kernel_imports_s"] > 0 for s in found.values()), found
-
-
-@needs_forkserver
-def test_compile_workers_keep_to_the_cpus_the_device_workers_leave(tmp_path):
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        pytest.skip("needs two CPUs to split")
-    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=1)
-    executors.cores = CoreSplit((frozenset(cpus[1:]),), frozenset(cpus[:1]))
-    try:
-        assert executors._pool().submit(os.sched_getaffinity, 0).result(timeout=120) == {cpus[0]}
-    finally:
-        executors.close()
 
 
 @needs_forkserver

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
 import sys
 import threading
 import time
@@ -173,11 +172,9 @@ class DevicePool(Runner):
     """Device workers for one backend: ``cuda`` (one per visible GPU) or ``interpreter`` (one)."""
 
     def __init__(self, backend: str, device_count: int, triton_cache_dir: str,
-                 imports: Sequence[tuple[str, str]] = (), cpus: Sequence[frozenset[int]] = ()) -> None:
+                 imports: Sequence[tuple[str, str]] = ()) -> None:
         self.backend = backend
         self.triton_cache_dir = triton_cache_dir
-        #: the CPUs each device's worker keeps to (aot_tune.workers.cores; empty: any)
-        self.cpus = tuple(cpus)
         #: (manifest folder, ``module:attr``) each worker imports while it starts, before it says it
         #: is up: a library's import (seconds: fla's is 4-7 s on an H100 host) overlaps the compiles
         #: instead of holding up the first batch with the device idle.
@@ -293,9 +290,6 @@ class DevicePool(Runner):
             name=f"aot_tune-{self.backend}-{index}", daemon=True,
         )
         process.start()
-        if index < len(self.cpus):  # at once: the threads it starts keep to them too
-            with contextlib.suppress(AttributeError, OSError, ValueError):
-                os.sched_setaffinity(process.pid, self.cpus[index])
         child.close()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not parent.poll(1.0):
