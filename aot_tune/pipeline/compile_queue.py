@@ -11,10 +11,11 @@ this queue). So the queue keeps each kernel's compiles in the plan's order and p
 2. then a compile of a kernel none of whose compiles has started: one of each kernel runs
    early, and says how fast that kernel compiles;
 3. then the compile expected to take longest: from its kernel's finished compiles in this run
-   (seconds over the config's estimate to ``ESTIMATE_POWER``), else the run's prediction; at
-   least ``RUNNING_FACTOR`` times what a running compile of its kernel has taken so far, scaled
-   alike (a compile still running after the others of its wave ended is a slow kernel's, known
-   before it ends);
+   (seconds over the config's estimate to ``ESTIMATE_POWER``); before any has finished, the
+   run's prediction, raised to ``RUNNING_FACTOR`` times what a running compile of its kernel has
+   taken so far, scaled alike (a kernel's first compile still running after the others of its
+   wave ended is a slow kernel's, known before it ends; once the kernel's pace is known, a
+   compile of it running long is a straggler of its own, not news of the others);
 4. then the plan's order.
 """
 from __future__ import annotations
@@ -102,7 +103,9 @@ class CompileQueue:
     def _expected_s(self, item: Queued, now: float) -> float:
         """How long ``item`` is expected to take (rule 3 of the module doc); locked by the caller."""
         rates = self._rates.get(item.kernel)
-        seconds = statistics.median(rates) * item.weight if rates else item.predicted_s
+        if rates:
+            return statistics.median(rates) * item.weight
+        seconds = item.predicted_s
         for kernel, started, weight in self._running.values():
             if kernel == item.kernel:
                 seconds = max(seconds, RUNNING_FACTOR * (now - started) * item.weight / max(weight, 1e-12))

@@ -101,3 +101,24 @@ def test_without_anything_learned_the_plans_order_stands_and_a_cancel_drops_the_
     gate.set()
     queue.shutdown()
     assert ran == ["a1", "b1", "a2", "a3", "a4"]  # b's first compile early, then a's in the plan's order
+
+
+def test_a_straggler_of_a_kernel_whose_pace_is_known_does_not_promote_its_others():
+    """gemm compiles in 1 s (known from a finished compile); one of its compiles hangs on. After
+    rmsnorm's first compile (rule 2), its second still goes before gemm's: rmsnorm's take 2 s."""
+    clock, ran = Clock(), []
+    straggler_gate, gate = threading.Event(), threading.Event()
+    queue = CompileQueue(2, clock=clock)
+    _put(queue, clock, ran, "gemm1", 1.0, straggler_gate)
+    _wait_for(lambda: "gemm1" in queue._running)
+    _put(queue, clock, ran, "gemm2", 1.0, gate)
+    _wait_for(lambda: "gemm2" in queue._running)
+    queue.finished("rmsnorm", 1.0, 2.0)  # as if an earlier rmsnorm compile had ended
+    for name in ("gemm3", "gemm4", "rmsnorm2", "rmsnorm3"):
+        _put(queue, clock, ran, name, 2.0 if name.startswith("rmsnorm") else 1.0)
+    clock.now = 30.0  # gemm1 has run 30 s
+    gate.set()
+    _wait_for(lambda: len(ran) == 5)
+    assert ran == ["gemm2", "rmsnorm2", "rmsnorm3", "gemm3", "gemm4"]
+    straggler_gate.set()
+    queue.shutdown()
