@@ -100,6 +100,7 @@ def assert_references_compile_first(project: Path, installed: Path) -> None:
 
     from aot_tune.bench.runner import INTERPRETER_DEVICE
     from aot_tune.manifest import load_manifest
+    from aot_tune.pipeline.compiling import Compiles
     from aot_tune.pipeline.plan import build_plan
     from aot_tune.pipeline.staleness import Staleness
     from rules import compile as compile_rule
@@ -117,7 +118,9 @@ def assert_references_compile_first(project: Path, installed: Path) -> None:
             launch = recording["launches"][str(kp.spec.shape_dict(unit.shape)["recorded"])]
             assert unit.reference_config is not None and unit.reference_config.as_dict() == launch["library_config"]
             references.update(cu.name for cu in kp.compiles_for(unit, unit.reference_config, kp.spec.targets))
-    session = SimpleNamespace(plan=plan, staleness=Staleness(plan), start_stage=lambda *args: None, queue_compile=None)
+    staleness = Staleness(plan)
+    session = SimpleNamespace(plan=plan, staleness=staleness, start_stage=lambda *args: None, queue_compile=None,
+                              compiles=Compiles(plan, None, staleness, None))  # its references: no worker needed
     order = [f"compile:{task['name']}" for task in compile_rule.tasks(session) if task["name"]]
     assert references and set(order[:len(references)]) == references, (order, references)
 
