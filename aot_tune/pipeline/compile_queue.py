@@ -20,7 +20,7 @@ this queue). So the queue keeps each kernel's compiles in the plan's order and p
 """
 from __future__ import annotations
 
-import statistics
+import bisect
 import threading
 import time
 from collections import deque
@@ -61,7 +61,7 @@ class CompileQueue:
         self._cond = threading.Condition()
         self._pending: dict[str, deque[Queued]] = {}  # kernel -> its queued compiles, in the plan's order
         self._running: dict[str, tuple[str, float, float]] = {}  # name -> (kernel, started, weight)
-        self._rates: dict[str, list[float]] = {}  # kernel -> seconds / weight of its finished compiles
+        self._rates: dict[str, list[float]] = {}  # kernel -> seconds / weight of its finished compiles, sorted
         self._started_kernels: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._idle = 0  # threads waiting for a job
@@ -87,7 +87,7 @@ class CompileQueue:
         """A valid compile of ``kernel`` took ``seconds`` in its worker: how fast the kernel compiles."""
         if seconds > 0:
             with self._cond:
-                self._rates.setdefault(kernel, []).append(seconds / max(weight, 1e-12))
+                bisect.insort(self._rates.setdefault(kernel, []), seconds / max(weight, 1e-12))
 
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
         """No more jobs. ``cancel``: drop the queued ones; ``wait``: return when the rest have run."""
@@ -103,8 +103,9 @@ class CompileQueue:
     def _expected_s(self, item: Queued, now: float) -> float:
         """How long ``item`` is expected to take (rule 3 of the module doc); locked by the caller."""
         rates = self._rates.get(item.kernel)
-        if rates:
-            return statistics.median(rates) * item.weight
+        if rates:  # their median (sorted as they come: a pick is made for every compile)
+            middle = len(rates) // 2
+            return (rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2) * item.weight
         seconds = item.predicted_s
         for kernel, started, weight in self._running.values():
             if kernel == item.kernel:

@@ -122,3 +122,17 @@ def test_a_straggler_of_a_kernel_whose_pace_is_known_does_not_promote_its_others
     assert ran == ["gemm2", "rmsnorm2", "rmsnorm3", "gemm3", "gemm4"]
     straggler_gate.set()
     queue.shutdown()
+
+
+def test_a_kernels_pace_is_the_median_of_its_compiles_not_thrown_by_one_straggler():
+    clock, ran, gate = Clock(), [], threading.Event()
+    queue = CompileQueue(1, clock=clock)
+    _put(queue, clock, ran, "a1", 1.0, gate)
+    _wait_for(lambda: queue._running)
+    for seconds in (1.0, 10.0):  # a: 1, 1 and 10 s: median 1 s (mean 4 s)
+        queue.finished("a", 1.0, seconds)
+    for name in ("a2", "b1", "b2"):
+        _put(queue, clock, ran, name, 2.0 if name.startswith("b") else 1.0)
+    gate.set()
+    queue.shutdown()
+    assert ran == ["a1", "b1", "b2", "a2"]  # b's compiles take 2 s, a's 1 s
