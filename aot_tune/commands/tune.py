@@ -13,6 +13,7 @@ from doit.cmd_run import Run, opt_always, opt_num_process, opt_parallel_type
 from doit.exceptions import InvalidCommand
 from doit.reporter import ConsoleReporter
 
+from aot_tune.bench.local.worker import PROFILE_ENV
 from aot_tune.commands.dry_run import dry_run
 from aot_tune.commands.loader import ManifestLoader
 from aot_tune.commands.options import DOIT_DB, HelpOption, exclusive_run
@@ -21,6 +22,7 @@ from aot_tune.pipeline.calibration import remember
 from aot_tune.runs import WORK_DIR
 from aot_tune.runs.log import append_run
 from aot_tune.runs.progress import eprint
+from aot_tune.runs.sampler import sampled
 from aot_tune.runs.stats import process_age_s
 from aot_tune.runs.summary import end_to_end, run_record, run_summary
 
@@ -95,7 +97,7 @@ class TuneCommand(HelpOption, Run):
         if params["reporter"] == "console" and not isinstance(params["outfile"], str):
             reporter = params["reporter"] = TuneReporter(params["outfile"],
                                                          {"failure_verbosity": params["failure_verbosity"]})
-        with exclusive_run(work_dir):
+        with exclusive_run(work_dir), sampled(os.environ.get(PROFILE_ENV, "")):
             try:
                 result = super().execute(params, [])
                 if self.loader.session is not None:  # the compiles no bench needed end with the run
