@@ -55,13 +55,25 @@ class ThreadSampler:
                     self.counts[(re.sub(r"\d+", "N", names.get(ident, "?")), _where(frame))] += 1
 
 
+#: a code object's file -> its path inside aot_tune ("" outside it), resolved once per file
+_INSIDE: dict[str, str] = {}
+
+
+def _inside(filename: str) -> str:
+    inside = _INSIDE.get(filename)
+    if inside is None:
+        real = os.path.realpath(filename)  # an editable or symlinked install names files its own way
+        inside = _INSIDE[filename] = os.path.relpath(real, _PACKAGE) if real.startswith(_PACKAGE + os.sep) else ""
+    return inside
+
+
 def _where(frame) -> str:
     """The innermost ``DEPTH`` frames in aot_tune's code, innermost first ("-" for none)."""
     places = []
     while frame is not None and len(places) < DEPTH:
-        filename = frame.f_code.co_filename
-        if filename.startswith(_PACKAGE):
-            places.append(f"{os.path.relpath(filename, _PACKAGE)}:{frame.f_code.co_name}:{frame.f_lineno}")
+        inside = _inside(frame.f_code.co_filename)
+        if inside:
+            places.append(f"{inside}:{frame.f_code.co_name}:{frame.f_lineno}")
         frame = frame.f_back
     return " < ".join(places) or "-"
 

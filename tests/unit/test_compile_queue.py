@@ -35,6 +35,15 @@ def _put(queue, clock, ran, name, seconds, gate=None, first=False):
     queue.put(name, kernel, 1.0, run, predicted_s=1.0, first=first)
 
 
+def _hold_both_threads(queue, clock, ran, first, second):
+    """A two-thread queue's threads each held by a compile, ``(name, seconds)``, until its gate is set."""
+    gates = threading.Event(), threading.Event()
+    for (name, seconds), gate in zip((first, second), gates):
+        _put(queue, clock, ran, name, seconds, gate)
+        _wait_for(lambda: name in queue._running)
+    return gates
+
+
 def _wait_for(predicate):
     deadline = time.monotonic() + 10
     while not predicate() and time.monotonic() < deadline:
@@ -61,12 +70,8 @@ def test_a_compile_still_running_long_after_its_wave_promotes_its_kernels_others
     """Two threads: one holds the slow kernel's first compile; the other learns, from the time it
     has run, that the slow kernel is slower than the fast one, and starts its other compiles first."""
     clock, ran = Clock(), []
-    slow_gate, fast_gate = threading.Event(), threading.Event()
     queue = CompileQueue(2, clock=clock)
-    _put(queue, clock, ran, "slow1", 5.0, slow_gate)
-    _wait_for(lambda: "slow1" in queue._running)
-    _put(queue, clock, ran, "fast1", 1.0, fast_gate)
-    _wait_for(lambda: "fast1" in queue._running)
+    slow_gate, fast_gate = _hold_both_threads(queue, clock, ran, ("slow1", 5.0), ("fast1", 1.0))
     for name in ("fast2", "fast3", "fast4", "fast5", "slow2", "slow3"):
         _put(queue, clock, ran, name, 5.0 if name.startswith("slow") else 1.0)
     fast_gate.set()
@@ -107,12 +112,8 @@ def test_a_straggler_of_a_kernel_whose_pace_is_known_does_not_promote_its_others
     """gemm compiles in 1 s (known from a finished compile); one of its compiles hangs on. After
     rmsnorm's first compile (rule 2), its second still goes before gemm's: rmsnorm's take 2 s."""
     clock, ran = Clock(), []
-    straggler_gate, gate = threading.Event(), threading.Event()
     queue = CompileQueue(2, clock=clock)
-    _put(queue, clock, ran, "gemm1", 1.0, straggler_gate)
-    _wait_for(lambda: "gemm1" in queue._running)
-    _put(queue, clock, ran, "gemm2", 1.0, gate)
-    _wait_for(lambda: "gemm2" in queue._running)
+    straggler_gate, gate = _hold_both_threads(queue, clock, ran, ("gemm1", 1.0), ("gemm2", 1.0))
     queue.finished("rmsnorm", 1.0, 2.0)  # as if an earlier rmsnorm compile had ended
     for name in ("gemm3", "gemm4", "rmsnorm2", "rmsnorm3"):
         _put(queue, clock, ran, name, 2.0 if name.startswith("rmsnorm") else 1.0)
