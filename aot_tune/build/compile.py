@@ -50,6 +50,12 @@ def compile_time_estimate(params: dict, declared: Constraint | None = None) -> t
 ESTIMATE_POWER = 0.25
 
 
+def compile_weight(estimate: float) -> float:
+    """A config's estimate (``compile_time_estimate``) as a share of its kernel's compile seconds
+    (the estimate to ``ESTIMATE_POWER``)."""
+    return max(estimate, 1e-9) ** ESTIMATE_POWER
+
+
 def expected_compile_seconds(estimates: Sequence[tuple[float, float]], recorded: Sequence[float | None],
                              typical_s: float = 1.0) -> list[float]:
     """Each unit's expected compile seconds. A unit compiled before (under an older kernel or
@@ -60,9 +66,9 @@ def expected_compile_seconds(estimates: Sequence[tuple[float, float]], recorded:
     them (this repository's rmsnorm space spans 128x in estimate and 3x in seconds)."""
     ratios = sorted(s / e[0] for s, e in zip(recorded, estimates) if s is not None and e[0] > 0)
     if not ratios:
-        spread = [max(e[0], 1e-9) ** ESTIMATE_POWER for s, e in zip(recorded, estimates) if s is None]
+        spread = [compile_weight(e[0]) for s, e in zip(recorded, estimates) if s is None]
         mean = sum(spread) / len(spread) if spread else 1.0
-        return [s if s is not None else typical_s * max(e[0], 1e-9) ** ESTIMATE_POWER / mean
+        return [s if s is not None else typical_s * compile_weight(e[0]) / mean
                 for s, e in zip(recorded, estimates)]
     scale = ratios[len(ratios) // 2]
     return [s if s is not None else e[0] * scale for s, e in zip(recorded, estimates)]

@@ -11,7 +11,7 @@ this queue). So the queue keeps each kernel's compiles in the plan's order and p
 2. then a compile of a kernel none of whose compiles has started: one of each kernel runs
    early, and says how fast that kernel compiles;
 3. then the compile expected to take longest: from its kernel's finished compiles in this run
-   (seconds over the config's estimate to ``ESTIMATE_POWER``); before any has finished, the
+   (seconds over the config's ``compile_weight``); before any has finished, the
    run's prediction, raised to ``RUNNING_FACTOR`` times what a running compile of its kernel has
    taken so far, scaled alike (a kernel's first compile still running after the others of its
    wave ended is a slow kernel's, known before it ends; once the kernel's pace is known, a
@@ -27,24 +27,17 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from aot_tune.build.compile import ESTIMATE_POWER
-
 #: A compile that has run ``t`` seconds is expected to take this times ``t`` in all: with no more
 #: known of it, it is as likely to be past the middle of its time as before it (compile times are
 #: heavy-tailed, and the first of a slow kernel's compiles must promote its others early).
 RUNNING_FACTOR = 2.0
 
 
-def compile_weight(estimate: float) -> float:
-    """A config's estimate (``compile_time_estimate``) as a share of its kernel's compile seconds."""
-    return max(estimate, 1e-9) ** ESTIMATE_POWER
-
-
 @dataclass
 class Queued:
     name: str
     kernel: str
-    weight: float  # compile_weight of the config's estimate
+    weight: float  # build.compile.compile_weight of the config's estimate
     predicted_s: float  # the run's prediction (0: none)
     first: bool  # a reference's compile
     index: int  # the plan's order

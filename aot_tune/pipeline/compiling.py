@@ -8,11 +8,12 @@ import time
 from functools import cached_property
 from typing import Iterable
 
-from aot_tune.build.compile import CompileRecord, CompileRequest, compile_time_estimate, read_compile_result
+from aot_tune.build.compile import (CompileRecord, CompileRequest, compile_time_estimate, compile_weight,
+                                   read_compile_result)
 from aot_tune.build.specialize import launch_key
 from aot_tune.bench.runner import DeviceModel
 from aot_tune.fileio import write_atomic
-from aot_tune.pipeline.compile_queue import CompileQueue, compile_weight
+from aot_tune.pipeline.compile_queue import CompileQueue
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import CompileClaims
