@@ -8,6 +8,9 @@ drift that one run's samples cannot show). Among the configs tied with the faste
    churn the checked-in table over noise);
 2. otherwise the lowest median wins, and equal medians go to the smaller config id.
 
+On a GPU the fastest configs are then timed again side by side, interleaved (``finalists``):
+configs timed minutes apart meet different clocks and heat, and the pick is among those finalists.
+
 Failed configs are never chosen, and only like is compared with like: a short screening
 measurement (successive halving's early rungs, ``short_rep_ms`` set) never competes with a full
 one. The pick is among the full measurements; only a search whose seconds budget ran out before
@@ -26,6 +29,14 @@ if TYPE_CHECKING:
 
 #: Relative widening of each interval; keeps a pick at most about this much slower than the fastest.
 TIE_FLOOR = 0.005
+#: The most configs a shape's finals time side by side ...
+FINALS_MAX = 6
+#: ... among those whose median is within this share of the fastest's: the same fp8 or fp16 GEMM read
+#: 10-20% apart in two batches of one run on the H100 host (a GPU at its power cap, warming up), so a
+#: config timed in a hot batch can trail one timed in a cool batch by that much.
+FINALS_BAND = 0.2
+#: Rounds of the finals: each finalist's ``rep_ms`` is timed in this many slices, in turn with the others.
+FINALS_ROUNDS = 5
 
 
 def _interval(m: Measurement) -> tuple[float, float]:
@@ -44,9 +55,27 @@ def comparable(measurements: Iterable[Measurement]) -> list[Measurement]:
     return [m for m in passing if m.short_rep_ms == longest]
 
 
+def finalists(measurements: Iterable[Measurement]) -> list[Measurement]:
+    """The configs a shape's finals time side by side: the fastest full measurements, up to
+    ``FINALS_MAX`` within ``FINALS_BAND`` of the fastest, fastest first (fewer than two: no finals)."""
+    full = sorted((m for m in measurements if m.status == "ok" and m.runs > 0 and not m.short_rep_ms),
+                  key=lambda m: (m.median_ms, m.config.id))
+    if not full:
+        return []
+    return [m for m in full if m.median_ms <= full[0].median_ms * (1 + FINALS_BAND)][:FINALS_MAX]
+
+
+def contenders(measurements: Iterable[Measurement]) -> list[Measurement]:
+    """The measurements a pick chooses among: the finalists where the shape had finals, else the
+    comparable ones."""
+    passing = comparable(measurements)
+    final = [m for m in passing if m.finalist]
+    return final or passing
+
+
 def tied_with_fastest(measurements: Iterable[Measurement]) -> list[Measurement]:
-    """The comparable configs indistinguishable from the fastest one, fastest first."""
-    passing = sorted(comparable(measurements), key=lambda m: (m.median_ms, m.config.id))
+    """The contenders indistinguishable from the fastest one, fastest first."""
+    passing = sorted(contenders(measurements), key=lambda m: (m.median_ms, m.config.id))
     if not passing:
         return []
     fastest_high = _interval(passing[0])[1]

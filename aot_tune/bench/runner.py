@@ -44,6 +44,9 @@ class BenchRequest:
     #: A baseline (the default config, the vendor function): its kernels are not the compile
     #: stage's, so their Triton cache lookups are not counted in the hit rate.
     baseline: bool = False
+    #: > 0: one of a shape's finalists, timed with the others interleaved in this many rounds
+    #: (aot_tune.bench.engine.pipeline); every request of such a batch has it.
+    final_rounds: int = 0
 
 
 @dataclass

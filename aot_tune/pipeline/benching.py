@@ -1,10 +1,12 @@
 """The bench stage: a bench task measures its shape's configs on a device of its model, streaming
 behind their compiles (aot_tune.pipeline.streaming) or searching under a budget
-(aot_tune.pipeline.searching), with the baselines; and writes its tuning record."""
+(aot_tune.pipeline.searching), with the baselines; on a GPU, times its finalists again side by
+side (aot_tune.select.finalists); and writes its tuning record."""
 from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Iterable
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceModel
@@ -21,8 +23,9 @@ from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import DeviceHold, bench_timeout, landed_waves, measure_batch
 from aot_tune.pipeline.stragglers import StragglerJudge
 from aot_tune.runs.stats import RunStats
+from aot_tune.select import FINALS_ROUNDS, finalists
 from aot_tune.space import Config
-from aot_tune.tuning_schema import TuningRecord
+from aot_tune.tuning_schema import Measurement, TuningRecord
 from aot_tune.workers.pools import Executors
 
 
@@ -72,6 +75,7 @@ class Benches:
                     if baselines.requests:
                         baselines.take(hold.measure_all(baselines.requests,
                                                         bench_timeout(kp.spec.bench, device.backend)))
+                finals = self._finals(kp, unit, hold, entries, device, previous)
                 hits, misses = hold.counts()
                 stats.cache_hits, stats.cache_misses = stats.cache_hits + hits, stats.cache_misses + misses
                 info = hold.lease().info  # a task that measured nothing still takes a device for it
@@ -96,7 +100,9 @@ class Benches:
         if hold.first_asked is not None:  # from its first batch on: the stage's wall on its devices
             stats.span("bench batches", hold.first_asked, time.time())
         stats.bench_status.update(m.status for m in fresh)
-        stats.seconds["measured"] += timed_seconds(fresh)
+        stats.seconds["measured"] += timed_seconds(fresh) + timed_seconds(finals)
+        if finals:
+            stats.finals.update(shapes=1, configs=len(finals))
         stats.seconds["measured baselines"] += timed_seconds(baselines.measured.values())
         measured_baselines = baselines.protos(entries)
         stats.baseline_status.update(f"{role} {m.status}" for role, m in measured_baselines.items())
@@ -181,6 +187,24 @@ class Benches:
             if m.status == "invalid":
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id])
         return entries, fresh
+
+    def _finals(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, entries: dict[str, Measurement],
+                device: DeviceModel, previous: TuningRecord | None) -> list[ConfigMeasurement]:
+        """On a GPU, the shape's finalists (aot_tune.select.finalists) timed again side by side,
+        interleaved, in one batch; each one's entry takes that timing, its seconds added. A
+        finalist that fails now keeps the failure. Returns what the batch measured."""
+        planned = {c.id: c for c in unit.configs}
+        chosen = [m.config.id for m in finalists(entries.values()) if m.config.id in planned]
+        if device.backend != "cuda" or len(chosen) < 2:
+            return []
+        requests = [replace(self.request(kp, unit, planned[cid], kp.spec.bench, device), final_rounds=FINALS_ROUNDS)
+                    for cid in chosen]
+        measured, seconds = measure_batch(hold, requests, bench_timeout(kp.spec.bench, device.backend, previous))
+        for m in measured:
+            entry = measurement_proto(m, planned[m.config_id], entries[m.config_id].seconds + seconds[m.config_id])
+            entry.finalist = m.ok
+            entries[m.config_id] = entry
+        return measured
 
     def _landed(self, kp: KernelPlan, unit: BenchUnit, configs: list[Config], device: DeviceModel,
                 on_wait=lambda: None, give_up=lambda pending: ()):

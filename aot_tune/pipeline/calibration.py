@@ -196,7 +196,7 @@ def observed(run: RunRecord) -> dict[str, float]:
             if run.estimates.get("compile_kb"):
                 found["compile_s_per_kb"] = found["compile_s"] / float(run.estimates["compile_kb"])
         measured = sum(int(n) for k, n in run.bench.items() if k != "invalid") + \
-            sum(int(n) for n in run.baselines.values())
+            sum(int(n) for n in run.baselines.values()) + int(run.finals.get("configs", 0))
         batches, inputs = seconds.get("device batches", 0.0), seconds.get("device inputs", 0.0)
         if measured and batches:
             timed = seconds.get("measured", 0.0) + seconds.get("measured baselines", 0.0)

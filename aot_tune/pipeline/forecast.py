@@ -30,7 +30,8 @@ A run is four parts, added up:
   (check, warm-up, probe, graph capture, kernel load); on the interpreter, that config's
   ``seconds`` in the shape's earlier record. A ``ranked`` search measures its first batch and
   ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
-  shape, every config where it holds none. Plus an overhead per batch sent to the device worker;
+  shape, every config where it holds none. On a GPU, the finals time up to ``select.FINALS_MAX``
+  configs again in a batch of their own. Plus an overhead per batch sent to the device worker;
   a config that failed to compile every time before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
@@ -84,8 +85,9 @@ from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.search.strategies import BATCH, FINALISTS, INITIAL_DESIGN, SCREEN_SHARE
+from aot_tune.select import FINALS_MAX
 from aot_tune.search import ranked
+from aot_tune.search import strategies as search
 
 #: Timed launches fill a bit over ``rep_ms`` (22.1 ms at 20 on the H100 host).
 TIMED_STRETCH = 1.1
@@ -422,26 +424,6 @@ def _on_demand(candidates: dict[str, list[float]], expected: dict[str, list[int]
     return on_demand
 
 
-def search_plan(search: SearchSettings, candidates: int) -> tuple[list[tuple[int, float]], int]:
-    """What a search of ``candidates`` configs measures, as (measurements, share of rep_ms) groups,
-    and how many batches it sends (aot_tune.search.strategies); a seconds budget is applied later."""
-    if search.exhaustive:
-        return [(candidates, 1.0)], int(candidates > 0)
-    count = min(candidates, search.budget_configs if search.budget_configs is not None else candidates)
-    if count == 0:
-        return [], 0
-    if search.strategy == "successive_halving":
-        groups, alive = [], count
-        for rung in range(search.rungs):
-            groups.append((alive, float(search.eta) ** -(search.rungs - 1 - rung)))
-            alive = max(1, math.ceil(alive / search.eta))
-        return groups, sum(n for n, _ in groups)  # one batch a probe
-    if search.strategy == "surrogate":  # the design, the model's rounds, the finalists: a batch each
-        rounds = math.ceil(max(0, count - INITIAL_DESIGN) / BATCH)
-        return [(count, SCREEN_SHARE), (min(FINALISTS, count), 1.0)], 2 + rounds
-    return [(count, 1.0)], count  # random: one batch a probe
-
-
 def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: CompileHistory,
                 calibration: Calibration, targets: tuple[str, ...], earlier: dict[str, float]
                 ) -> tuple[float, int, int]:
@@ -462,7 +444,7 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
                                                       staleness.ranked_sources(kp, unit), unit.shape)
         groups = [(count, 1.0)] if count else []
     else:
-        groups, batches = search_plan(unit.search, len(candidates))
+        groups, batches = search.search_plan(unit.search, len(candidates))
     if unit.search.exhaustive and calibration.backend != "cuda":
         seconds = sum(earlier.get(c.id, typical) for c in candidates)
     else:
@@ -475,6 +457,10 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
         configs = min(configs, measurements)
         batches = max(1, round(batches * budget / seconds))
         seconds = budget + cost(1.0)
+    full = sum(n for n, share in groups if share >= 1.0)
+    if calibration.backend == "cuda" and min(full, measurements) >= 2:  # the finals (select.finalists): a batch
+        seconds += min(FINALS_MAX, full, measurements) * cost(1.0)
+        batches += 1
     if staleness.baselines_to_measure(kp, unit):
         default = unit.default_config
         extra = bool(unit.vendor) + (default is not None and default not in unit.configs)

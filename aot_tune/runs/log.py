@@ -40,6 +40,7 @@ class RunRecord:
     compile: dict[str, int] = field(default_factory=dict)
     bench: dict[str, int] = field(default_factory=dict)
     baselines: dict[str, int] = field(default_factory=dict)
+    finals: dict[str, int] = field(default_factory=dict)  # shapes, configs (aot_tune.select.finalists)
     batches: int = 0
     predicted_s: float | None = None
     predicted: dict[str, float] = field(default_factory=dict)  # start-up, compile, bench, rest

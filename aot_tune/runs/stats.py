@@ -22,6 +22,7 @@ class RunStats:
     compile_status: Counter[str] = field(default_factory=Counter)
     bench_status: Counter[str] = field(default_factory=Counter)
     baseline_status: Counter[str] = field(default_factory=Counter)
+    finals: Counter[str] = field(default_factory=Counter)  # shapes with finals, configs timed again in them
     seconds: Counter[str] = field(default_factory=Counter)
     spans: dict[str, list[float]] = field(default_factory=dict)
     searched: dict[str, Counter[str]] = field(default_factory=dict)  # strategy and budget -> shapes, configs, seconds

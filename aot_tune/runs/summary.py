@@ -20,7 +20,7 @@ def run_record(stats: RunStats, started: float, ended: float, ok: bool) -> RunRe
         stages={stage: [round(a - started, 3), round(b - started, 3)] for stage, (a, b) in stats.spans.items()},
         worker_seconds={k: round(v, 3) for k, v in sorted({**stats.seconds, **_device_startup(stats)}.items())},
         compile=dict(stats.compile_status), bench=dict(stats.bench_status), baselines=dict(stats.baseline_status),
-        batches=stats.batches,
+        finals=dict(stats.finals), batches=stats.batches,
         predicted_s=round(stats.predicted_s, 3) if stats.predicted_s is not None else None,
         predicted=dict(stats.predicted), estimates={k: round(v, 4) for k, v in stats.estimates.items()},
         launch_s=round(stats.launch_s, 3), jobs=stats.compile_jobs, cpus=os.cpu_count() or 1,
@@ -74,6 +74,9 @@ def run_summary(stats: RunStats) -> str:
             rate = 100.0 * stats.cache_hits / lookups if lookups else 100.0
             line += f"; Triton cache hit rate {rate:.0f}% ({stats.cache_hits}/{lookups})"
         lines.append(line)
+        if stats.finals:
+            lines.append(f"finals: {stats.finals['configs']} configs of {stats.finals['shapes']} shapes timed again "
+                         f"side by side, interleaved; the picks are among them")
         lines.append(bench_timing(stats))
     for described, tally in sorted(stats.searched.items()):
         lines.append(f"search: {described}: {tally['shapes']} shapes, {tally['measured']} of "

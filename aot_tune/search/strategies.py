@@ -249,3 +249,23 @@ def _batch(ranked: list[Config], incumbent: Config | None) -> list[Config]:
         if near is not None:
             batch.append(near)
     return batch if len(batch) == BATCH else ranked[:BATCH]
+
+
+def search_plan(search: SearchSettings, candidates: int) -> tuple[list[tuple[int, float]], int]:
+    """What a search of ``candidates`` configs measures, as (measurements, share of rep_ms) groups,
+    and how many batches it sends (aot_tune.search.strategies); a seconds budget is applied later."""
+    if search.exhaustive:
+        return [(candidates, 1.0)], int(candidates > 0)
+    count = min(candidates, search.budget_configs if search.budget_configs is not None else candidates)
+    if count == 0:
+        return [], 0
+    if search.strategy == "successive_halving":
+        groups, alive = [], count
+        for rung in range(search.rungs):
+            groups.append((alive, float(search.eta) ** -(search.rungs - 1 - rung)))
+            alive = max(1, math.ceil(alive / search.eta))
+        return groups, sum(n for n, _ in groups)  # one batch a probe
+    if search.strategy == "surrogate":  # the design, the model's rounds, the finalists: a batch each
+        rounds = math.ceil(max(0, count - INITIAL_DESIGN) / BATCH)
+        return [(count, SCREEN_SHARE), (min(FINALISTS, count), 1.0)], 2 + rounds
+    return [(count, 1.0)], count  # random: one batch a probe

@@ -150,6 +150,29 @@ def test_baselines_are_measured_on_the_gpu_and_reported(tuned):
     assert "TFLOP/s" in (project / "report" / "summary.md").read_text()
 
 
+def test_each_shapes_finalists_are_timed_again_side_by_side_and_hold_the_pick(tuned):
+    """The fastest configs of a shape are timed again, interleaved in rounds, in a batch of their
+    own: each finalist's samples come from every round and cover ``rep_ms`` again, and the pick
+    is one of them."""
+    from aot_tune.cache import read_record
+    from aot_tune.select import FINALS_MAX, FINALS_ROUNDS
+
+    project, proc = tuned
+    assert re.search(r"finals: \d+ configs of \d+ shapes timed again side by side", proc.stderr), proc.stderr
+    had_finals = 0
+    for path in (project / ".aot_tune" / "bench").rglob("*.pb"):
+        record = read_record(path)
+        final = [m for m in record.measurements if m.finalist]
+        if not final:
+            continue
+        had_finals += 1
+        assert 2 <= len(final) <= FINALS_MAX and record.best.id in {m.config.id for m in final}
+        for m in final:
+            assert m.status == "ok" and m.runs >= FINALS_ROUNDS
+            assert sum(m.times_ms) * m.launches_per_sample >= 0.8 * 5, m  # rep_ms 5, again, over the rounds
+    assert had_finals >= 2
+
+
 def test_second_run_executes_nothing_and_check_passes(tuned):
     project, _ = tuned
     proc = tune(project, backend="cuda")

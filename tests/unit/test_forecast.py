@@ -14,6 +14,7 @@ from aot_tune.build.compile import CompileRecord, CompileResult
 from aot_tune.build.specialize import SpecializeResult, launch_key
 from aot_tune.manifest import SearchSettings, load_manifest
 from aot_tune.pipeline import forecast as model
+from aot_tune.search.strategies import search_plan
 from aot_tune.pipeline.plan import build_plan
 from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
@@ -67,7 +68,8 @@ def test_known_compiles_and_bench_settings_add_up_to_the_prediction(compiled_bef
     assert model.list_schedule(predicted.compiles, 2) == (4.0, 2.0)
     # a measurement: rep 1 ms x 1.1 of timed launches + warm-up 1 ms + the engine's overhead
     measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
-    task = 3 * measurement + model.DEFAULT_BATCH_S["cuda"]
+    # three configs in a batch, then the three again in the finals' batch (aot_tune.select.finalists)
+    task = 2 * (3 * measurement + model.DEFAULT_BATCH_S["cuda"])
     assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     device = work.devices["h100-sxm"]
     assert (device.stale, device.total, device.measurements, device.configs) == (2, 2, 6, [3, 3])
@@ -150,7 +152,7 @@ def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
     # the progress lines come after the planning: what they still have ahead is the rest after the stages
     assert calibrated.rest_after_s == pytest.approx(1.0)
     assert default.rest_after_s == pytest.approx(model.DEFAULT_REST_AFTER_S) and default.rest_s == model.DEFAULT_REST_S
-    task = 3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s
+    task = 2 * (3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s)  # with the finals
     assert calibrated.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     assert calibrated.predicted_s != default.predicted_s
     assert calibrated.compile_s == default.compile_s  # recorded compile seconds win over the typical one
@@ -249,7 +251,7 @@ def test_the_bench_tasks_go_out_dearest_first_by_the_forecast(tmp_path):
     (SearchSettings("surrogate", budget_configs=40), [(40, 1 / 9), (3, 1.0)], 10),  # design, 8 rounds, finalists
 ])
 def test_a_search_measures_what_its_budget_allows(search, groups, batches):
-    measured, sent = model.search_plan(search, 120)
+    measured, sent = search_plan(search, 120)
     assert sent == batches
     assert [n for n, _ in measured] == [n for n, _ in groups]
     assert [share for _, share in measured] == pytest.approx([share for _, share in groups])
@@ -285,7 +287,8 @@ def test_the_baselines_ride_with_the_last_batch(compiled_before, default, extra)
     plan, staleness = plan_of(compiled_before)
     predicted = model.forecast(plan, staleness, 2)
     measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
-    task = (3 + extra) * measurement + model.DEFAULT_BATCH_S["cuda"]  # still one batch
+    # still one batch, then the three configs again in the finals' batch
+    task = (3 + extra) * measurement + model.DEFAULT_BATCH_S["cuda"] + 3 * measurement + model.DEFAULT_BATCH_S["cuda"]
     assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     assert predicted.kernels[0].devices["h100-sxm"].measurements == 2 * (3 + extra)
 

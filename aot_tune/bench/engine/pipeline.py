@@ -19,15 +19,17 @@ ever used under the interpreter.
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 from aot_tune.runtime.forcing import launch_with_config
 from aot_tune.triton_compat import CacheHitCounter, find_instead_of_launch, load_found
 from aot_tune.bench.engine.check import CHECK_SETS, Comparison
-from aot_tune.bench.engine.timing import ConfigTiming, runtime_error
+from aot_tune.bench.engine.timing import MIN_SAMPLES, ConfigTiming, runtime_error
 from aot_tune.bench.engine.workload import Workload
 from aot_tune.bench.nvml import GpuClocks
 from aot_tune.bench.runner import BenchRequest, BenchSettings, ConfigMeasurement
@@ -69,7 +71,8 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
     the GPU seconds from each config's first timed launch to its last ("timed span").
     ``prepare`` (the next shape's set-up, which must not raise) is called once: on a GPU while
     at least ``PREPARE_MARGIN_MS`` of timed launches are queued, so its host work leaves no gap
-    between them; on the interpreter after the first config."""
+    between them; on the interpreter after the first config. A shape's finalists (requests with
+    ``final_rounds``) are timed interleaved instead (``_Pass.measure_interleaved``)."""
     announce = announce or (lambda config_ids, phase: None)
     seconds = Counter() if seconds is None else seconds
     if backend != "cuda":
@@ -79,13 +82,31 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
             if position == 0 and prepare is not None:
                 _timed_step(seconds, "prepared", prepare)
         return
-    yield from _Pass(workload, l2_bytes, clocks, announce, seconds, prepare).measure(list(requests))
+    run = _Pass(workload, l2_bytes, clocks, announce, seconds, prepare)
+    if requests and requests[0].final_rounds:
+        yield from run.measure_interleaved(list(requests), requests[0].final_rounds)
+    else:
+        yield from run.measure(list(requests))
 
 
 def _timed_step(seconds: Counter[str], name: str, step: Callable[[], None]) -> None:
     began = time.perf_counter()
     step()
     seconds[name] += time.perf_counter() - began
+
+
+def _joined(rounds: list[ConfigMeasurement]) -> ConfigMeasurement:
+    """One config's interleaved slices as one measurement: every sample, the first slice's
+    clocks at its start and the last one's at its end; the first failure if a slice failed."""
+    failed = next((m for m in rounds if not m.ok), None)
+    if failed is not None:
+        return failed
+    first, last = rounds[0], rounds[-1]
+    phases: Counter[str] = Counter()
+    for m in rounds:
+        phases.update(m.phase_seconds)
+    return replace(last, times_ms=[t for m in rounds for t in m.times_ms], clocks_start=first.clocks_start,
+                   phase_seconds=dict(phases))
 
 
 def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement:
@@ -139,17 +160,7 @@ class _Pass:
             return
         kernels = _Kernels(self.workload, self.seconds)
         kernels.load(requests[:1], self._announce_load, gpu_busy=lambda: False)
-        self.announce(tuple(r.config_id for r in requests), "inputs")  # a fault here is no one config's
-        began = time.perf_counter()
-        failure = None
-        try:
-            self.workload.rotation_for(requests[0].settings, self.l2_bytes)  # the input sets, once per shape
-            for index in range(CHECK_SETS):
-                self.workload.expected(index)  # reference outputs now, before any check reads them
-            self.workload.confirm_inputs()
-        except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
-            failure = exc
-        self.seconds["inputs"] += time.perf_counter() - began
+        failure = self._set_up(requests)
         if failure is not None:
             for request in requests:
                 yield runtime_error(request, failure)
@@ -191,6 +202,59 @@ class _Pass:
         for timing in (running, ready):
             if timing is not None:
                 yield self._finish(timing)
+
+    def measure_interleaved(self, requests: list[BenchRequest], rounds: int) -> Iterator[ConfigMeasurement]:
+        """A shape's finalists timed side by side: each checked and captured, then timed in
+        ``rounds`` rounds of a slice of ``rep_ms`` each, every config in turn. A GPU under a power
+        cap or warming up runs the same kernel 10-30% apart from one batch to the next (fp8 and
+        fp16 GEMMs on the H100 host); interleaved, that drift falls on every finalist alike."""
+        kernels = _Kernels(self.workload, self.seconds)
+        kernels.load(requests, self._announce_load, gpu_busy=lambda: False)
+        failure = self._set_up(requests)
+        if failure is not None:
+            for request in requests:
+                yield runtime_error(request, failure)
+            return
+        timings: list[ConfigTiming] = []
+        for request in requests:
+            self.in_flight.append(request.config_id)
+            self._say("check")
+            prepared = _Check(request, self.workload, gpu_busy=False).read(self.clocks)
+            if isinstance(prepared, ConfigMeasurement):
+                self.in_flight.remove(request.config_id)
+                yield prepared
+                continue
+            prepared.capture(statistics.median(self.probe_overheads) if self.probe_overheads else 0.0)
+            prepared.rep_ms = request.settings.rep_ms / rounds
+            prepared.min_samples = max(1, math.ceil(MIN_SAMPLES / rounds))
+            timings.append(prepared)
+        slices: dict[str, list[ConfigMeasurement]] = {t.request.config_id: [] for t in timings}
+        for round_ in range(rounds):
+            for timing in timings:
+                timing.start()
+            self._say("time")
+            for timing in timings:
+                result = timing.finish(keep=round_ < rounds - 1)
+                self.seconds["timed span"] += timing.span_ms / 1e3
+                slices[timing.request.config_id].append(result)
+        for timing in timings:
+            self.in_flight.remove(timing.request.config_id)
+            yield _joined(slices[timing.request.config_id])
+
+    def _set_up(self, requests: Sequence[BenchRequest]) -> Exception | None:
+        """The shape's input sets and reference outputs, once per pass; the failure, if any."""
+        self.announce(tuple(r.config_id for r in requests), "inputs")  # a fault here is no one config's
+        began = time.perf_counter()
+        try:
+            self.workload.rotation_for(requests[0].settings, self.l2_bytes)  # the input sets, once per shape
+            for index in range(CHECK_SETS):
+                self.workload.expected(index)  # reference outputs now, before any check reads them
+            self.workload.confirm_inputs()
+            return None
+        except Exception as exc:  # noqa: BLE001 - the shape's set-up failed: no config can be checked
+            return exc
+        finally:
+            self.seconds["inputs"] += time.perf_counter() - began
 
     def _prepare_behind(self, timing: ConfigTiming) -> None:
         """The next shape's set-up, once, while ``timing``'s timed launches keep the GPU busy."""

@@ -77,6 +77,9 @@ class ConfigTiming:
                  check_ms: float) -> None:
         self.request = request
         self.settings = request.settings
+        #: GPU ms the next ``start`` fills with samples, and its fewest samples: the whole timing,
+        #: or one slice of it in interleaved finals (aot_tune.bench.engine.finals)
+        self.rep_ms, self.min_samples = request.settings.rep_ms, MIN_SAMPLES
         self._clocks, self._error = clocks, error
         self._clocks_start = ClockReading()
         self.phases = phases
@@ -139,12 +142,12 @@ class ConfigTiming:
                     graph.replay()
                 self.phases["warmup"] = time.perf_counter() - began
                 began = time.perf_counter()
-                runs = _clamp(math.ceil(self.settings.rep_ms / per_sample), MIN_SAMPLES, MAX_SAMPLES)
+                runs = _clamp(math.ceil(self.rep_ms / per_sample), self.min_samples, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda _: graph.replay())
             else:
                 gpu_ms = max(self._gpu_ms, 1e-4)
                 rewarm = _clamp(math.ceil(rewarm_ms / gpu_ms), 1, MAX_WARMUP_LAUNCHES)
-                runs = _clamp(math.ceil(self.settings.rep_ms / gpu_ms), MIN_SAMPLES, MAX_SAMPLES)
+                runs = _clamp(math.ceil(self.rep_ms / gpu_ms), self.min_samples, MAX_SAMPLES)
                 launch = self._rotating_launch(rewarm + runs)
                 for i in range(rewarm):
                     launch(i)
@@ -180,7 +183,9 @@ class ConfigTiming:
         return reading
 
     # -- finish: wait and read -----------------------------------------------------------------
-    def finish(self) -> ConfigMeasurement:
+    def finish(self, keep: bool = False) -> ConfigMeasurement:
+        """Wait for the timed launches and read their samples; ``keep``: the graph stays for
+        another ``start`` (the next round of interleaved finals)."""
         if self._failure is not None:
             return self._failure
         clocks_end = self._read_clocks()  # before the wait: the timed launches still run
@@ -203,7 +208,9 @@ class ConfigTiming:
             return self._failure
         self.phases["timed"] = self.phases.get("timed", 0.0) + time.perf_counter() - began
         cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._rotation.sets)
-        self._graph = self._graph_output = self._events = None
+        self._events = None
+        if not keep:
+            self._graph = self._graph_output = None
         return ConfigMeasurement(self.request.config_id, "ok", times_ms=times, error_norm=self._error,
                                  method=self.method, launches_per_sample=self._k if self.method == "graph" else 1,
                                  cold_l2=cold, clocks_start=self._clocks_start, clocks_end=clocks_end,
@@ -216,8 +223,8 @@ class ConfigTiming:
         if self._failure is not None or not times:
             return []
         per_sample = statistics.median(times)
-        missing = self.settings.rep_ms - sum(times)
-        if missing <= (1 - TOP_UP_BELOW) * self.settings.rep_ms or len(times) >= MAX_SAMPLES:
+        missing = self.rep_ms - sum(times)
+        if missing <= (1 - TOP_UP_BELOW) * self.rep_ms or len(times) >= MAX_SAMPLES:
             return []
         extra = _clamp(math.ceil(missing / max(per_sample, 1e-4)), 1, MAX_SAMPLES - len(times))
         if self.method == "graph":
