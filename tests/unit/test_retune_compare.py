@@ -39,3 +39,40 @@ def test_picks_are_timed_by_the_exhaustive_run_and_seconds_are_shared(tmp_path):
     assert result["gemm"]["share_of_exhaustive_seconds"] == pytest.approx(3 / 8)
     assert result["gemm"]["pick_geomean"] == pytest.approx(math.sqrt(2.0)) and result["gemm"]["pick_worst"] == 2.0
     assert result["all"]["picks_equal"] == 1
+
+
+def test_differing_picks_are_timed_again_side_by_side_and_equal_ones_count_one(tmp_path):
+    """On the interpreter (the same pool and engine as a GPU's, wall-clock timings): one shape's
+    picks differ and are timed again as a pair; the other's agree and count 1.0."""
+    from tunerun import make_project, vector_add_manifest
+
+    from tools.studies.retune_compare import retime
+
+    project = make_project(tmp_path / "project", vector_add_manifest("""\
+    space: {BLOCK_SIZE: [64, 128], num_warps: [4]}
+    shapes: [{n: 300}, {n: 500}]
+    dtypes: [float32]
+"""))
+    small, large = Config.from_dict({"BLOCK_SIZE": 64, "num_warps": 4}), Config.from_dict({"BLOCK_SIZE": 128, "num_warps": 4})
+
+    def record(folder, name: str, n: int, best: Config) -> None:
+        r = TuningRecord(kernel="vector_add", dtype="float32", key_names=["n"], shape=[n])
+        for config in (small, large):
+            m = Measurement(status="ok", median_ms=1.0, seconds=0.1)
+            cache_io.config_to_proto(config.id, config.as_dict(), m.config)
+            r.measurements.append(m)
+        cache_io.config_to_proto(best.id, best.as_dict(), r.best)
+        (folder / "vector_add").mkdir(parents=True, exist_ok=True)
+        (folder / "vector_add" / name).write_bytes(r.SerializeToString())
+
+    full, ours = tmp_path / "full", tmp_path / "ours"
+    record(full, "a.pb", 300, small)
+    record(ours, "a.pb", 300, large)
+    record(full, "b.pb", 500, small)
+    record(ours, "b.pb", 500, small)
+    rows = retime(full, ours, project, backend="interpreter")
+    assert rows["vector_add"]["retimed_pairs"] == 1 and rows["all"]["retimed_pairs"] == 1
+    geomean, worst = rows["vector_add"]["retimed_geomean"], rows["vector_add"]["retimed_worst"]
+    assert 0 < geomean and math.isfinite(worst)
+    # the pair's ratio r and the equal picks' 1.0: geomean sqrt(r), worst max(r, 1)
+    assert geomean ** 2 == pytest.approx(worst) if geomean >= 1 else worst == 1.0

@@ -1,21 +1,28 @@
 """A retune from other records (``search: {strategy: ranked}``, or any budgeted search) against an
 exhaustive tune of the same device: per kernel, the configs it measured, its share of the
-exhaustive run's bench seconds, and its picks timed by the exhaustive run itself (which measured
-every config, so each pick is compared on one run's medians, with no re-timing noise).
+exhaustive run's bench seconds, and its picks timed by the exhaustive run itself (each pick
+compared on one run's medians).
 
     python -m tools.studies.retune_compare --exhaustive /tmp/exhaustive/h100-sxm \\
-        --retuned proj/.aot_tune/bench/h100-sxm [--out result.json]
+        --retuned proj/.aot_tune/bench/h100-sxm [--retime proj] [--out result.json]
 
 Each folder is a run's ``.aot_tune/bench/<device>``: one record per kernel, dtype and shape.
+The exhaustive run's medians of two configs come from different batches, which a GPU at its power
+cap runs 10-30% apart; the pick it made is its finals' (aot_tune.select.finalists), but the retune's
+pick may not have been among them. ``--retime PROJECT`` (the retune's project, for its manifest)
+also times each differing pair of picks again side by side, interleaved as finals are, on this
+machine's first device: that judge meets the same drift for both.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
 
-from aot_tune.cache import read_record
+from aot_tune.cache import config_from_proto, read_record, record_full_shape
+from aot_tune.space import Config
 
 
 def compare(exhaustive: Path, retuned: Path) -> dict:
@@ -45,6 +52,63 @@ def compare(exhaustive: Path, retuned: Path) -> dict:
     return {name: _finish(row) for name, row in [*sorted(kernels.items()), ("all", total)]}
 
 
+def retime(exhaustive: Path, retuned: Path, project: Path, backend: str = "cuda",
+           timeout_s: float = 120.0) -> dict[str, dict]:
+    """Per kernel and in total: each shape's retuned pick over the exhaustive pick, both timed
+    again side by side in one interleaved batch (``final_rounds``) on one device of ``backend``
+    (equal picks count 1.0): geomean, worst, and how many pairs were timed."""
+    from aot_tune.bench.local.pool import DevicePool
+    from aot_tune.bench.runner import BenchRequest
+    from aot_tune.manifest import load_manifest
+    from aot_tune.select import FINALS_ROUNDS
+
+    manifest = load_manifest(project / "tuning.yaml")
+    pairs, ratios = [], {}
+    for path in sorted(retuned.glob("*/*.pb")):
+        twin = exhaustive / path.parent.name / path.name
+        if not twin.exists():
+            continue
+        ours, full = read_record(path), read_record(twin)
+        if not ours.best.id or not full.best.id:
+            continue
+        ratios.setdefault(ours.kernel, [])
+        if ours.best.id == full.best.id:
+            ratios[ours.kernel].append(0.0)
+            continue
+        spec, shape = manifest.kernel(ours.kernel), record_full_shape(ours)
+        requests = []
+        for best in (ours.best, full.best):
+            config = Config.from_dict(config_from_proto(best))
+            requests.append(BenchRequest(
+                kernel=spec.name, root=str(manifest.root), launch_ref=spec.launch, inputs_ref=spec.inputs,
+                reference_ref=spec.reference, shape=tuple(spec.shape_dict(shape).items()), dtype=ours.dtype,
+                config_id=config.id, config=config.params, settings=spec.bench,
+                check_config=None if spec.reference else spec.check_config(shape).params,
+                combos=spec.combo_pairs, tolerance=spec.tolerance_for(ours.dtype), final_rounds=FINALS_ROUNDS))
+        pairs.append((ours.kernel, requests))
+    timed = {kernel: 0 for kernel in ratios}
+    if pairs:
+        pool = DevicePool(backend, 1, str(project / ".aot_tune" / "triton-cache"))
+        try:
+            with pool.lease() as lease:
+                for kernel, requests in pairs:
+                    results = {r.config_id: r for r in lease.measure_all(requests, timeout_s)}
+                    ours, full = (results.get(r.config_id) for r in requests)
+                    if ours is None or full is None or not (ours.ok and full.ok):
+                        continue
+                    ratios[kernel].append(math.log(statistics.median(ours.times_ms) / statistics.median(full.times_ms)))
+                    timed[kernel] += 1
+        finally:
+            pool.close()
+    rows = {kernel: {"retimed_pairs": timed[kernel], "log_ratios": r} for kernel, r in sorted(ratios.items())}
+    rows["all"] = {"retimed_pairs": sum(timed.values()), "log_ratios": [x for r in ratios.values() for x in r]}
+    for row in rows.values():
+        logs = row.pop("log_ratios")
+        row["retimed_geomean"] = math.exp(sum(logs) / len(logs)) if logs else None
+        row["retimed_worst"] = math.exp(max(logs)) if logs else None
+    return rows
+
+
 def _finish(row: dict) -> dict:
     ratios = row.pop("log_ratios")
     row["share_of_exhaustive_seconds"] = row["seconds"] / row["exhaustive_seconds"] if row["exhaustive_seconds"] else None
@@ -58,16 +122,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--exhaustive", type=Path, required=True, help="the exhaustive run's .aot_tune/bench/<device>")
     parser.add_argument("--retuned", type=Path, required=True, help="the retune's .aot_tune/bench/<device>")
+    parser.add_argument("--retime", type=Path, metavar="PROJECT",
+                        help="also time each differing pair of picks side by side on this machine's first GPU "
+                             "(PROJECT: the retune's project folder, for its tuning.yaml)")
     parser.add_argument("--out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args()
     result = compare(args.exhaustive, args.retuned)
+    if args.retime:
+        for name, row in retime(args.exhaustive, args.retuned, args.retime).items():
+            if name in result:
+                result[name].update(row)
     for name, row in result.items():
         share = row["share_of_exhaustive_seconds"]
         print(f"{name}: {row['shapes']} shapes, {row['measured']} of {row['candidates']} configs measured, "
               f"{row['seconds']:.1f} s against {row['exhaustive_seconds']:.1f} s exhaustive"
               + (f" ({share:.1%})" if share is not None else "")
               + (f"; picks geomean {row['pick_geomean']:.4f}, worst {row['pick_worst']:.4f}, "
-                 f"{row['picks_equal']} the same" if row["pick_geomean"] is not None else ""))
+                 f"{row['picks_equal']} the same" if row["pick_geomean"] is not None else "")
+              + (f"; re-timed side by side ({row['retimed_pairs']} pairs): geomean {row['retimed_geomean']:.4f}, "
+                 f"worst {row['retimed_worst']:.4f}" if row.get("retimed_geomean") is not None else ""))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
     return 0
