@@ -35,8 +35,11 @@ FINALS_MAX = 6
 #: 10-20% apart in two batches of one run on the H100 host (a GPU at its power cap, warming up), so a
 #: config timed in a hot batch can trail one timed in a cool batch by that much.
 FINALS_BAND = 0.2
-#: Rounds of the finals: each finalist's ``rep_ms`` is timed in this many slices, in turn with the others.
+#: Rounds of the finals: each finalist's timing is split into this many slices, in turn with the others ...
 FINALS_ROUNDS = 5
+#: ... and spans this share of ``rep_ms``: interleaving, not length, is what cancels the drift (a whole
+#: ``rep_ms`` made the finals a third of a ranked retune's device time on the H100 host).
+FINALS_SHARE = 0.5
 
 
 def _interval(m: Measurement) -> tuple[float, float]:

@@ -23,7 +23,7 @@ from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import DeviceHold, bench_timeout, landed_waves, measure_batch
 from aot_tune.pipeline.stragglers import StragglerJudge
 from aot_tune.runs.stats import RunStats
-from aot_tune.select import FINALS_ROUNDS, finalists
+from aot_tune.select import FINALS_ROUNDS, FINALS_SHARE, finalists
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 from aot_tune.workers.pools import Executors
@@ -197,7 +197,8 @@ class Benches:
         chosen = [m.config.id for m in finalists(entries.values()) if m.config.id in planned]
         if device.backend != "cuda" or len(chosen) < 2:
             return []
-        requests = [replace(self.request(kp, unit, planned[cid], kp.spec.bench, device), final_rounds=FINALS_ROUNDS)
+        settings = replace(kp.spec.bench, rep_ms=kp.spec.bench.rep_ms * FINALS_SHARE)
+        requests = [replace(self.request(kp, unit, planned[cid], settings, device), final_rounds=FINALS_ROUNDS)
                     for cid in chosen]
         measured, seconds = measure_batch(hold, requests, bench_timeout(kp.spec.bench, device.backend, previous))
         for m in measured:

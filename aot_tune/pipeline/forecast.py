@@ -31,7 +31,7 @@ A run is four parts, added up:
   ``seconds`` in the shape's earlier record. A ``ranked`` search measures its first batch and
   ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
   shape, every config where it holds none. On a GPU, the finals time up to ``select.FINALS_MAX``
-  configs again in a batch of their own. Plus an overhead per batch sent to the device worker;
+  configs again for ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an overhead per batch sent to the device worker;
   a config that failed to compile every time before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
@@ -85,7 +85,7 @@ from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.select import FINALS_MAX
+from aot_tune.select import FINALS_MAX, FINALS_SHARE
 from aot_tune.search import ranked
 from aot_tune.search import strategies as search
 
@@ -459,7 +459,7 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
         seconds = budget + cost(1.0)
     full = sum(n for n, share in groups if share >= 1.0)
     if calibration.backend == "cuda" and min(full, measurements) >= 2:  # the finals (select.finalists): a batch
-        seconds += min(FINALS_MAX, full, measurements) * cost(1.0)
+        seconds += min(FINALS_MAX, full, measurements) * cost(FINALS_SHARE)
         batches += 1
     if staleness.baselines_to_measure(kp, unit):
         default = unit.default_config

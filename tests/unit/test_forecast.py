@@ -15,6 +15,7 @@ from aot_tune.build.specialize import SpecializeResult, launch_key
 from aot_tune.manifest import SearchSettings, load_manifest
 from aot_tune.pipeline import forecast as model
 from aot_tune.search.strategies import search_plan
+from aot_tune.select import FINALS_SHARE
 from aot_tune.pipeline.plan import build_plan
 from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
@@ -68,13 +69,14 @@ def test_known_compiles_and_bench_settings_add_up_to_the_prediction(compiled_bef
     assert model.list_schedule(predicted.compiles, 2) == (4.0, 2.0)
     # a measurement: rep 1 ms x 1.1 of timed launches + warm-up 1 ms + the engine's overhead
     measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
-    # three configs in a batch, then the three again in the finals' batch (aot_tune.select.finalists)
-    task = 2 * (3 * measurement + model.DEFAULT_BATCH_S["cuda"])
+    # three configs in a batch, then the three again for FINALS_SHARE of rep_ms in the finals' batch
+    final = 1e-3 * FINALS_SHARE * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
+    task = 3 * measurement + 3 * final + 2 * model.DEFAULT_BATCH_S["cuda"]
     assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     device = work.devices["h100-sxm"]
     assert (device.stale, device.total, device.measurements, device.configs) == (2, 2, 6, [3, 3])
     # the benches (2 x task on one GPU, from 2 s) end before the last compile at 4 s, plus one
-    # measurement per bench of that compile's config
+    # measurement per bench of that compile's config (a third of each: its share of the task)
     tail = 2 * task / 3
     # the fork server's imports, then each worker's import of the kernel's modules (kernels/vector_add.py)
     assert 0 < predicted.import_s < 0.05
@@ -152,7 +154,8 @@ def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
     # the progress lines come after the planning: what they still have ahead is the rest after the stages
     assert calibrated.rest_after_s == pytest.approx(1.0)
     assert default.rest_after_s == pytest.approx(model.DEFAULT_REST_AFTER_S) and default.rest_s == model.DEFAULT_REST_S
-    task = 2 * (3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s)  # with the finals
+    task = (3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s
+            + 3 * (1e-3 * FINALS_SHARE * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s)  # the finals
     assert calibrated.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     assert calibrated.predicted_s != default.predicted_s
     assert calibrated.compile_s == default.compile_s  # recorded compile seconds win over the typical one
@@ -287,8 +290,9 @@ def test_the_baselines_ride_with_the_last_batch(compiled_before, default, extra)
     plan, staleness = plan_of(compiled_before)
     predicted = model.forecast(plan, staleness, 2)
     measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
+    final = 1e-3 * FINALS_SHARE * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
     # still one batch, then the three configs again in the finals' batch
-    task = (3 + extra) * measurement + model.DEFAULT_BATCH_S["cuda"] + 3 * measurement + model.DEFAULT_BATCH_S["cuda"]
+    task = (3 + extra) * measurement + 3 * final + 2 * model.DEFAULT_BATCH_S["cuda"]
     assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
     assert predicted.kernels[0].devices["h100-sxm"].measurements == 2 * (3 + extra)
 

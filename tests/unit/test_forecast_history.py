@@ -16,6 +16,7 @@ from aot_tune.pipeline.plan import build_plan
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.runs.history import HistoryEntry, MachineKey, read_history
 from aot_tune.runs.log import RunRecord
+from aot_tune.select import FINALS_SHARE
 
 MANIFEST = vector_add_manifest("""\
     space: {BLOCK_SIZE: [128, 256, 512], num_warps: [4]}
@@ -133,8 +134,9 @@ def test_on_a_gpu_the_engine_overhead_beyond_the_warm_up_is_taken_from_other_pro
     told = model.forecast(plan, staleness, 2, history=others(key, engine_s=0.05, engine_extra_s=0.003))
     assert told.calibration.sources["engine_extra_s"] == "machine"
     measurement = 1e-3 * model.TIMED_STRETCH + 1e-3 + 0.003
-    # 3 configs in a batch, then again in the finals' batch
-    assert list(told.bench_seconds.values()) == pytest.approx([2 * (3 * measurement + 0.3)])
+    final = 1e-3 * FINALS_SHARE * model.TIMED_STRETCH + 1e-3 + 0.003
+    # 3 configs in a batch, then again for FINALS_SHARE of rep_ms in the finals' batch
+    assert list(told.bench_seconds.values()) == pytest.approx([3 * measurement + 3 * final + 2 * 0.3])
     assert told.estimates["warmup_s"] == pytest.approx(1e-3)
     gpu_run = logged(backend="cuda", device="h100-sxm", estimates={"warmup_s": 0.002})
     seen = calibrating.observed(gpu_run)
