@@ -215,28 +215,39 @@ class _Pass:
             for request in requests:
                 yield runtime_error(request, failure)
             return
-        timings: list[ConfigTiming] = []
+        # every check queued at once (the GPU runs them back to back); then each one read, its graph
+        # captured and its first slice queued, so that the next capture overlaps that slice
+        checks = []
         for request in requests:
             self.in_flight.append(request.config_id)
-            self._say("check")
-            prepared = _Check(request, self.workload, gpu_busy=False).read(self.clocks)
+            checks.append(_Check(request, self.workload, gpu_busy=bool(checks)))
+        self._say("check")
+        timings: list[ConfigTiming] = []
+        for check in checks:
+            prepared = check.read(self.clocks)
             if isinstance(prepared, ConfigMeasurement):
-                self.in_flight.remove(request.config_id)
+                self.in_flight.remove(prepared.config_id)
                 yield prepared
                 continue
             prepared.capture(statistics.median(self.probe_overheads) if self.probe_overheads else 0.0)
-            prepared.rep_ms = request.settings.rep_ms / rounds
+            prepared.rep_ms = prepared.request.settings.rep_ms / rounds
             prepared.min_samples = max(1, math.ceil(MIN_SAMPLES / rounds))
+            prepared.start()
             timings.append(prepared)
+        # each slice read is followed at once by that config's next one, queued behind the other
+        # configs' slices of this round: the GPU never waits for the host between rounds
         slices: dict[str, list[ConfigMeasurement]] = {t.request.config_id: [] for t in timings}
+        self._say("time")
         for round_ in range(rounds):
             for timing in timings:
-                timing.start()
-            self._say("time")
-            for timing in timings:
-                result = timing.finish(keep=round_ < rounds - 1)
+                taken = slices[timing.request.config_id]
+                if taken and not taken[-1].ok:
+                    continue
+                last = round_ == rounds - 1
+                taken.append(timing.finish(keep=not last))
                 self.seconds["timed span"] += timing.span_ms / 1e3
-                slices[timing.request.config_id].append(result)
+                if not last and taken[-1].ok:
+                    timing.start()
         for timing in timings:
             self.in_flight.remove(timing.request.config_id)
             yield _joined(slices[timing.request.config_id])

@@ -209,7 +209,9 @@ class ConfigTiming:
         self.phases["timed"] = self.phases.get("timed", 0.0) + time.perf_counter() - began
         cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._rotation.sets)
         self._events = None
-        if not keep:
+        if keep:
+            self._warmed_ms = self.settings.warmup_ms  # its samples just ran: a next start rewarms REWARM_MS
+        else:
             self._graph = self._graph_output = None
         return ConfigMeasurement(self.request.config_id, "ok", times_ms=times, error_norm=self._error,
                                  method=self.method, launches_per_sample=self._k if self.method == "graph" else 1,
