@@ -189,12 +189,10 @@ class _Pass:
                 yield self._finish(running)
             running, ready = ready, None
             self._say("check")
-            prepared = check.read(self.clocks)
+            prepared = self._ready(check)
             if isinstance(prepared, ConfigMeasurement):
-                self.in_flight.remove(request.config_id)
                 yield prepared
                 continue
-            prepared.capture(statistics.median(self.probe_overheads) if self.probe_overheads else 0.0)
             ready = prepared
         if ready is not None:
             ready.start()
@@ -224,12 +222,10 @@ class _Pass:
         self._say("check")
         timings: list[ConfigTiming] = []
         for check in checks:
-            prepared = check.read(self.clocks)
+            prepared = self._ready(check)
             if isinstance(prepared, ConfigMeasurement):
-                self.in_flight.remove(prepared.config_id)
                 yield prepared
                 continue
-            prepared.capture(statistics.median(self.probe_overheads) if self.probe_overheads else 0.0)
             prepared.rep_ms = prepared.request.settings.rep_ms / rounds
             prepared.min_samples = max(1, math.ceil(MIN_SAMPLES / rounds))
             prepared.start()
@@ -251,6 +247,16 @@ class _Pass:
         for timing in timings:
             self.in_flight.remove(timing.request.config_id)
             yield _joined(slices[timing.request.config_id])
+
+    def _ready(self, check: "_Check") -> "ConfigTiming | ConfigMeasurement":
+        """A config's check read: its failure (the config leaves the pass), or its timing with
+        the graph captured."""
+        prepared = check.read(self.clocks)
+        if isinstance(prepared, ConfigMeasurement):
+            self.in_flight.remove(prepared.config_id)
+            return prepared
+        prepared.capture(statistics.median(self.probe_overheads) if self.probe_overheads else 0.0)
+        return prepared
 
     def _set_up(self, requests: Sequence[BenchRequest]) -> Exception | None:
         """The shape's input sets and reference outputs, once per pass; the failure, if any."""
