@@ -78,7 +78,7 @@ class ConfigTiming:
         self.request = request
         self.settings = request.settings
         #: GPU ms the next ``start`` fills with samples, and its fewest samples: the whole timing,
-        #: or one slice of it in interleaved finals (aot_tune.bench.engine.finals)
+        #: or one slice of it in interleaved finals (``_Pass.measure_interleaved``, aot_tune.bench.engine.pipeline)
         self.rep_ms, self.min_samples = request.settings.rep_ms, MIN_SAMPLES
         self._clocks, self._error = clocks, error
         self._clocks_start = ClockReading()
