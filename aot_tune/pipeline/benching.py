@@ -7,13 +7,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 from typing import Iterable
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceModel
 from aot_tune.cache import record_full_shape
 from aot_tune.errors import BenchUnavailable, StageFailure
 from aot_tune.fileio import write_atomic
-from aot_tune.manifest import BenchSettings
+from aot_tune.manifest import BenchSettings, KernelSpec
 from aot_tune.pipeline import searching
 from aot_tune.pipeline.baselines import Baselines, baselines_to_proto
 from aot_tune.pipeline.compiling import Compiles
@@ -217,16 +218,8 @@ class Benches:
 
     def request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
                 device: DeviceModel) -> BenchRequest:
-        spec = kp.spec
-        return BenchRequest(
-            kernel=spec.name, root=str(self.plan.manifest.root), launch_ref=spec.launch,
-            inputs_ref=spec.inputs, reference_ref=spec.reference,
-            shape=tuple(spec.shape_dict(unit.shape).items()), dtype=unit.dtype,
-            config_id=config.id, config=config.params, settings=settings,
-            kernel_hashes=self.compiles.kernel_hashes(kp, unit, config, device),
-            check_config=None if spec.reference else spec.check_config(unit.shape).params,
-            combos=spec.combo_pairs, tolerance=spec.tolerance_for(unit.dtype),
-        )
+        return bench_request(kp.spec, self.plan.manifest.root, unit.shape, unit.dtype, config, settings,
+                             self.compiles.kernel_hashes(kp, unit, config, device))
 
     def _previous_pick(self, kp: KernelPlan, unit: BenchUnit, previous: TuningRecord | None) -> str:
         """The config id this key's table holds now (from any earlier fingerprint): ties keep it."""
@@ -236,6 +229,19 @@ class Benches:
             if (record.device.key, record.dtype, record_full_shape(record)) == (unit.device, unit.dtype, unit.shape):
                 return record.best.id
         return ""
+
+
+def bench_request(spec: KernelSpec, root: Path, shape: tuple, dtype: str, config: Config, settings: BenchSettings,
+                  kernel_hashes: tuple[str, ...] = ()) -> BenchRequest:
+    """The request that measures ``config`` of the manifest kernel ``spec`` (its project at ``root``)
+    on one (shape, dtype); ``kernel_hashes``: its compiles, for a worker on another machine."""
+    return BenchRequest(
+        kernel=spec.name, root=str(root), launch_ref=spec.launch, inputs_ref=spec.inputs,
+        reference_ref=spec.reference, shape=tuple(spec.shape_dict(shape).items()), dtype=dtype,
+        config_id=config.id, config=config.params, settings=settings, kernel_hashes=kernel_hashes,
+        check_config=None if spec.reference else spec.check_config(shape).params,
+        combos=spec.combo_pairs, tolerance=spec.tolerance_for(dtype),
+    )
 
 
 def timed_seconds(measured: Iterable[ConfigMeasurement]) -> float:

@@ -31,8 +31,9 @@ A run is four parts, added up:
   ``seconds`` in the shape's earlier record. A ``ranked`` search measures its first batch and
   ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
   shape, every config where it holds none. On a GPU, the finals time up to ``select.FINALS_MAX``
-  configs again for ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an overhead per batch sent to the device worker;
-  a config that failed to compile every time before costs no measurement.
+  configs again for ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an
+  overhead per batch sent to the device worker; a config that failed to compile every time
+  before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
   start once the first compile landed and the device workers are up (they start with the
@@ -77,7 +78,6 @@ from aot_tune.build.deadline import CompileDeadline
 from aot_tune.build.imports import ImportWalk, kernel_bytes
 from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
-from aot_tune.manifest import SearchSettings
 from aot_tune.pipeline.calibration import (  # noqa: F401 - the model's defaults, here too
     CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S, DEFAULT_DEVICE_STARTUP_S, DEFAULT_ENGINE_S, DEFAULT_REST_AFTER_S,
     DEFAULT_REST_S, DEFAULT_STARTUP_S, Calibration, calibrate, observed)

@@ -253,7 +253,7 @@ def _batch(ranked: list[Config], incumbent: Config | None) -> list[Config]:
 
 def search_plan(search: SearchSettings, candidates: int) -> tuple[list[tuple[int, float]], int]:
     """What a search of ``candidates`` configs measures, as (measurements, share of rep_ms) groups,
-    and how many batches it sends (aot_tune.search.strategies); a seconds budget is applied later."""
+    and how many batches it sends (the forecast's price of it); a seconds budget is applied later."""
     if search.exhaustive:
         return [(candidates, 1.0)], int(candidates > 0)
     count = min(candidates, search.budget_configs if search.budget_configs is not None else candidates)

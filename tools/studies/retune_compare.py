@@ -57,9 +57,11 @@ def retime(exhaustive: Path, retuned: Path, project: Path, backend: str = "cuda"
     """Per kernel and in total: each shape's retuned pick over the exhaustive pick, both timed
     again side by side in one interleaved batch (``final_rounds``) on one device of ``backend``
     (equal picks count 1.0): geomean, worst, and how many pairs were timed."""
+    from dataclasses import replace
+
     from aot_tune.bench.local.pool import DevicePool
-    from aot_tune.bench.runner import BenchRequest
     from aot_tune.manifest import load_manifest
+    from aot_tune.pipeline.benching import bench_request
     from aot_tune.select import FINALS_ROUNDS
 
     manifest = load_manifest(project / "tuning.yaml")
@@ -76,15 +78,9 @@ def retime(exhaustive: Path, retuned: Path, project: Path, backend: str = "cuda"
             ratios[ours.kernel].append(0.0)
             continue
         spec, shape = manifest.kernel(ours.kernel), record_full_shape(ours)
-        requests = []
-        for best in (ours.best, full.best):
-            config = Config.from_dict(config_from_proto(best))
-            requests.append(BenchRequest(
-                kernel=spec.name, root=str(manifest.root), launch_ref=spec.launch, inputs_ref=spec.inputs,
-                reference_ref=spec.reference, shape=tuple(spec.shape_dict(shape).items()), dtype=ours.dtype,
-                config_id=config.id, config=config.params, settings=spec.bench,
-                check_config=None if spec.reference else spec.check_config(shape).params,
-                combos=spec.combo_pairs, tolerance=spec.tolerance_for(ours.dtype), final_rounds=FINALS_ROUNDS))
+        picks = [Config.from_dict(config_from_proto(best)) for best in (ours.best, full.best)]
+        requests = [replace(bench_request(spec, manifest.root, shape, ours.dtype, config, spec.bench),
+                            final_rounds=FINALS_ROUNDS) for config in picks]
         pairs.append((ours.kernel, requests))
     timed = {kernel: 0 for kernel in ratios}
     if pairs:
