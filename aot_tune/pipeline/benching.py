@@ -76,7 +76,7 @@ class Benches:
                     if baselines.requests:
                         baselines.take(hold.measure_all(baselines.requests,
                                                         bench_timeout(kp.spec.bench, device.backend)))
-                finals = self._finals(kp, unit, hold, entries, device, previous)
+                finals = self._finals(kp, unit, hold, entries, fresh, device, previous)
                 hits, misses = hold.counts()
                 stats.cache_hits, stats.cache_misses = stats.cache_hits + hits, stats.cache_misses + misses
                 info = hold.lease().info  # a task that measured nothing still takes a device for it
@@ -190,13 +190,16 @@ class Benches:
         return entries, fresh
 
     def _finals(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, entries: dict[str, Measurement],
-                device: DeviceModel, previous: TuningRecord | None) -> list[ConfigMeasurement]:
+                fresh: list[ConfigMeasurement], device: DeviceModel, previous: TuningRecord | None
+                ) -> list[ConfigMeasurement]:
         """On a GPU, the shape's finalists (aot_tune.select.finalists) timed again side by side,
         interleaved, in one batch; each one's entry takes that timing, its seconds added. A
-        finalist that fails now keeps the failure. Returns what the batch measured."""
+        finalist that fails now keeps the failure. Returns what the batch measured. None where
+        the task measured no config (``fresh``: baselines alone, a search whose probes the
+        earlier record answered): its entries and their finals are that record's."""
         planned = {c.id: c for c in unit.configs}
         chosen = [m.config.id for m in finalists(entries.values()) if m.config.id in planned]
-        if device.backend != "cuda" or len(chosen) < 2:
+        if device.backend != "cuda" or len(chosen) < 2 or not any(m.ok for m in fresh):
             return []
         settings = replace(kp.spec.bench, rep_ms=kp.spec.bench.rep_ms * FINALS_SHARE)
         requests = [replace(self.request(kp, unit, planned[cid], settings, device), final_rounds=FINALS_ROUNDS)

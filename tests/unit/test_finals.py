@@ -25,6 +25,8 @@ def entry(config: Config, median_ms: float, status: str = "ok", short_rep_ms: fl
 
 
 CONFIGS = [Config.from_dict({"BLOCK": b}) for b in range(1, 11)]
+#: what a bench task measured before its finals: one config
+FRESH = [ConfigMeasurement(CONFIGS[0].id, "ok", times_ms=[1.0])]
 
 
 def test_the_finalists_are_the_fastest_full_timings_within_the_band_and_at_most_the_limit():
@@ -85,7 +87,7 @@ def test_the_finalists_go_to_the_device_in_one_interleaved_batch_and_their_entri
     entries = {c.id: entry(c, ms) for c, ms in zip(configs, [1.0, 1.05, 1.1, 1.15, 2.0])}
     benches, kp, unit = bench_of(configs)
     hold = FakeHold({configs[0].id: 1.2, configs[1].id: 1.0, configs[2].id: "runtime_error", configs[3].id: 1.1})
-    measured = benches._finals(kp, unit, hold, entries, H100, None)
+    measured = benches._finals(kp, unit, hold, entries, FRESH, H100, None)
     (batch,) = hold.batches
     assert [r.config_id for r in batch] == [c.id for c in configs[:4]]  # 2.0 ms is past the band
     assert {r.final_rounds for r in batch} == {FINALS_ROUNDS} and len(measured) == 4
@@ -95,13 +97,15 @@ def test_the_finalists_go_to_the_device_in_one_interleaved_batch_and_their_entri
     assert choose(entries.values()).config.id == configs[1].id
 
 
-def test_no_finals_on_the_interpreter_or_with_one_contender():
+def test_no_finals_on_the_interpreter_with_one_contender_or_nothing_measured():
     configs = CONFIGS[:3]
     benches, kp, unit = bench_of(configs)
     hold = FakeHold({})
     interpreter = DeviceModel("interpreter", "interpreter", "Triton interpreter", "cpu", 1)
     spread = {c.id: entry(c, ms) for c, ms in zip(configs, [1.0, 1.1, 1.2])}
     alone = {c.id: entry(c, ms) for c, ms in zip(configs, [1.0, 3.0, 4.0])}
-    assert benches._finals(kp, unit, hold, spread, interpreter, None) == []
-    assert benches._finals(kp, unit, hold, alone, H100, None) == [] and hold.batches == []
+    assert benches._finals(kp, unit, hold, spread, FRESH, interpreter, None) == []
+    assert benches._finals(kp, unit, hold, alone, FRESH, H100, None) == [] and hold.batches == []
+    # nothing measured by this task (its entries are the earlier record's, finals included)
+    assert benches._finals(kp, unit, hold, spread, [], H100, None) == [] and hold.batches == []
     assert not any(m.finalist for m in [*spread.values(), *alone.values()])
