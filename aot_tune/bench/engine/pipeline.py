@@ -204,7 +204,7 @@ class _Pass:
     def measure_interleaved(self, requests: list[BenchRequest], rounds: int) -> Iterator[ConfigMeasurement]:
         """A shape's finalists timed side by side: each checked and captured, then timed in
         ``rounds`` rounds of a slice of ``rep_ms`` each, every config in turn. A GPU under a power
-        cap or warming up runs the same kernel 10-30% apart from one batch to the next (fp8 and
+        cap or warming up runs the same kernel 10-33% apart from one pass to the next (fp8 and
         fp16 GEMMs on the H100 host); interleaved, that drift falls on every finalist alike."""
         kernels = _Kernels(self.workload, self.seconds)
         kernels.load(requests, self._announce_load, gpu_busy=lambda: False)
