@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aot_tune.bench.engine.timing import MIN_SAMPLES
-from aot_tune.cache import config_from_proto, record_full_shape, set_samples
+from aot_tune.cache import (config_from_proto, record_bench_dims, record_full_shape, record_shape,
+                            set_record_bench_dims, set_record_shape, set_samples)
 from aot_tune.manifest import SearchSettings
 from aot_tune.search import ranked
 from aot_tune.search.budget import known_verdicts
@@ -151,7 +152,9 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
     shape = record_full_shape(record)
     result = run_search(settings, candidates, known_verdicts(invalid), measure,
                         [source_from_record(s, shape) for s in sources], clock)
-    searched = TuningRecord(kernel=record.kernel, shape=list(shape), dtype=record.dtype)
+    searched = TuningRecord(kernel=record.kernel, dtype=record.dtype)
+    set_record_shape(searched, record_shape(record))
+    set_record_bench_dims(searched, record_bench_dims(record))
     searched.measurements.extend(result.measurements[k] for k in sorted(result.measurements))
     pick = choose(searched.measurements)
     if pick is not None:

@@ -211,6 +211,19 @@ def test_a_ranked_replay_ranks_from_another_devices_records():
     assert alone.time_share == pytest.approx(1.0, rel=0.05)
 
 
+def test_a_replay_keeps_a_records_typed_key_and_bench_dims():
+    """A key holding a bool (fp8_gemm's per-row scaling) and a bench dim replay as they were
+    recorded: the record a search would have written names the same shape."""
+    typed = TuningRecord()
+    typed.CopyFrom(SUITE[2])
+    del typed.shape[:]
+    cache_io.set_record_shape(typed, (1024, False))
+    cache_io.set_record_bench_dims(typed, [("batch", 8)])
+    outcome, searched = replay_shape(typed, SearchSettings("random", 6))
+    assert cache_io.record_full_shape(searched) == (1024, False, 8) == outcome.shape
+    assert outcome.configs_measured <= 6
+
+
 def test_pareto_replays_ranked_from_another_devices_cache(records_file, tmp_path):
     foreign = tmp_path / "h100.tuning.pb"
     cache_io.write_cache(cache_io.sorted_cache(another_device(r, 1.4) for r in SUITE), foreign)
