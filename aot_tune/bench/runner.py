@@ -107,6 +107,11 @@ class DeviceModel:
         return f"sm{self.arch}" if self.arch is not None else None
 
 
+def workload_key(request: BenchRequest) -> tuple:
+    """What one shape's input sets and references depend on: requests with the same key share them."""
+    return (request.kernel, request.shape, request.dtype)
+
+
 INTERPRETER_DEVICE = DeviceModel(INTERPRETER, INTERPRETER, "Triton interpreter (CPU)", "cpu", 1)
 
 

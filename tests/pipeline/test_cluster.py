@@ -281,6 +281,56 @@ def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_pat
     assert all(r.measurements[0].status == "ok" and r.worker == "t-interpreter0" for r in results)
 
 
+def test_a_bench_task_holds_one_worker_and_each_worker_is_sent_an_entry_once(project, tmp_path, compile_executors):
+    """As a local lease holds one GPU: two tasks at once hold two workers, a task's batches all
+    run on its worker, and a freed worker goes first to the task of the shape it measured last.
+    A worker is sent each Triton cache entry once; another worker is sent it again."""
+    from aot_tune.bench.dask.client import ClusterDevices
+    from aot_tune.bench.dask.remote import RemoteBatch
+    from aot_tune.triton_compat import versions
+
+    manifest = load_manifest(project / "tuning.yaml")
+    plan = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
+    kp = plan.kernels[0]
+    hashes = sorted({h for c in kp.compile_units for h in json.loads(c.output.read_text())["specializations"]})
+    spec = kp.spec
+
+    def request(unit) -> BenchRequest:
+        return BenchRequest(kernel=spec.name, root=str(project), launch_ref=spec.launch, inputs_ref=spec.inputs,
+                            reference_ref=spec.reference, shape=(("n", unit.shape[0]),), dtype=unit.dtype,
+                            config_id=unit.configs[0].id, config=unit.configs[0].params, settings=spec.bench,
+                            kernel_hashes=tuple(hashes))
+
+    first, second = (request(u) for u in kp.bench_units[:2])
+    with cluster(tmp_path, 2) as dask:
+        devices = ClusterDevices(str(dask.scheduler_file), worker_wait_s=10, log=lambda line: None, tls=dask.tls)
+        try:
+            (device,) = devices.discover(versions())
+            devices.use_project(project, [spec.kernel, spec.launch, spec.inputs, spec.reference],
+                                Path(compile_executors.triton_cache_dir))
+            with devices.lease(device, first) as one, devices.lease(device, second) as two:
+                for _ in range(2):
+                    assert one.measure_all([first], 600.0)[0].status == "ok"
+                    assert two.measure_all([second], 600.0)[0].status == "ok"
+                assert len(set(one.workers)) == len(set(two.workers)) == 1 and one.workers != two.workers
+                held = one._address
+            with devices.lease(device, second) as again:
+                assert again._address != held  # the worker that measured this shape last
+            address = held
+            entries = devices.cache_entries([first], address)
+            assert sorted(entries) == hashes
+            result = devices.run(RemoteBatch("entries", device.key, device.backend, devices._sources, (first,),
+                                             entries, 600.0), address)
+            devices.shipped(address, RemoteBatch("entries", device.key, device.backend, devices._sources, (first,),
+                                                 entries, 600.0), result)
+            assert result.entries_installed == len(hashes)
+            assert devices.cache_entries([first], address) == {}  # sent there already
+            (other,) = [a for a in devices._seats[device.key].members() if a != address]
+            assert sorted(devices.cache_entries([first], other)) == hashes
+        finally:
+            devices.close()
+
+
 def test_dask_options_are_checked_with_one_line(project):
     for args, message in ((["--executor", "dask"], "--executor dask needs the scheduler's address"),
                           (["--executor", "ray"], "unknown executor 'ray'"),

@@ -42,10 +42,10 @@ def waiting_lease(pool: DevicePool, upcoming: BenchRequest | None, granted: list
                 until.wait(5)
 
     thread = threading.Thread(target=hold)
-    before = len(pool._waiting)
+    before = len(pool.seats._waiting)
     thread.start()
     deadline = time.monotonic() + 5
-    while len(pool._waiting) == before and thread.is_alive() and time.monotonic() < deadline:
+    while len(pool.seats._waiting) == before and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.001)
     return thread
 
@@ -54,14 +54,14 @@ def test_a_busy_device_is_told_the_longest_waiting_shape_and_that_lease_gets_it(
     granted: list = []
     with pool.lease(upcoming=request(1)) as first, pool.lease(upcoming=request(2)) as second:
         waiting = [waiting_lease(pool, request(n), granted) for n in (3, 4, 3)]
-        assert [t.key[1] for t in pool._waiting] == [(("n", 3),), (("n", 4),), (("n", 3),)]
+        assert [t.key[1] for t in pool.seats._waiting] == [(("n", 3),), (("n", 4),), (("n", 3),)]
         # the second device is told the oldest waiting shape that nobody builds yet; the first
         # then the next one; never the shape it is sending, never one built elsewhere
-        assert pool.next_for(second.index, request(2)).shape == (("n", 3),)
-        assert pool.next_for(first.index, request(1)).shape == (("n", 4),)
-        assert pool.next_for(first.index, request(1)).shape == (("n", 4),)  # what it builds already
-        assert pool.next_for(first.index, request(4)) is None  # it now measures that shape: nothing left
-        assert pool._built_ahead == {second.index: (("vector_add", (("n", 3),), "float32"))}
+        assert pool.seats.next_for(second.index, request(2)).shape == (("n", 3),)
+        assert pool.seats.next_for(first.index, request(1)).shape == (("n", 4),)
+        assert pool.seats.next_for(first.index, request(1)).shape == (("n", 4),)  # what it builds already
+        assert pool.seats.next_for(first.index, request(4)) is None  # it now measures that shape: nothing left
+        assert pool.seats._built_ahead == {second.index: (("vector_add", (("n", 3),), "float32"))}
     for thread in waiting:  # which device each takes depends on which frees first: the test below
         thread.join(5)
     assert sorted(shape for shape, _ in granted) == [(("n", 3),), (("n", 3),), (("n", 4),)]
@@ -73,9 +73,9 @@ def test_a_freed_device_goes_to_the_lease_whose_shape_it_built(pool):
         with pool.lease(upcoming=request(1)) as only:
             done = threading.Event()
             waiting = [waiting_lease(pool, request(n), granted, done) for n in (5, 6)]
-            assert pool.next_for(only.index, request(1)).shape == (("n", 5),)
-            pool._built_ahead[only.index] = ("vector_add", (("n", 6),), "float32")  # as if told the later one
-            assert pool.next_for(only.index, request(1)).shape == (("n", 6),)  # kept: a lease still waits for it
+            assert pool.seats.next_for(only.index, request(1)).shape == (("n", 5),)
+            pool.seats._built_ahead[only.index] = ("vector_add", (("n", 6),), "float32")  # as if told the later one
+            assert pool.seats.next_for(only.index, request(1)).shape == (("n", 6),)  # kept: a lease still waits for it
         while not granted:
             time.sleep(0.001)
         assert granted == [((("n", 6),), only.index)]  # the lease of the shape it built, not the oldest
@@ -89,16 +89,16 @@ def test_a_shape_goes_back_to_the_idle_device_that_measured_it_last(pool):
     """Its input sets, references and kernels are there; another idle device would build and
     load them again."""
     with pool.lease(upcoming=request(1)) as first, pool.lease(upcoming=request(2)) as second:
-        pool.next_for(first.index, request(1))  # as each batch is sent
-        pool.next_for(second.index, request(2))
-    assert pool._idle == [second.index, first.index]  # freed in that order
+        pool.seats.next_for(first.index, request(1))  # as each batch is sent
+        pool.seats.next_for(second.index, request(2))
+    assert pool.seats._idle == [second.index, first.index]  # freed in that order
     with pool.lease(upcoming=request(1)) as again:
         assert again.index == first.index
     with pool.lease(upcoming=request(3)) as new:  # a shape no device holds: the first idle one
         assert new.index == second.index
     pool.discard(first.index)  # a fresh worker holds nothing
-    assert pool._measuring == {second.index: ("vector_add", (("n", 2),), "float32")}
-    oldest_idle = pool._idle[0]
+    assert pool.seats._measuring == {second.index: ("vector_add", (("n", 2),), "float32")}
+    oldest_idle = pool.seats._idle[0]
     with pool.lease(upcoming=request(1)) as after:
         assert after.index == oldest_idle
 
@@ -119,7 +119,7 @@ def test_an_idle_device_is_not_kept_for_the_shape_another_one_built(pool):
         time.sleep(0.001)
     with pool.lease(upcoming=request(1)) as only:
         waiting = waiting_lease(pool, request(6), granted)
-        assert pool.next_for(only.index, request(1)).shape == (("n", 6),)
+        assert pool.seats.next_for(only.index, request(1)).shape == (("n", 6),)
         release_other.set()  # the other device frees first: the waiting lease takes it at once
         waiting.join(5)
         assert granted == [((("n", 6),), other_index[0])]

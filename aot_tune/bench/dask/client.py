@@ -13,6 +13,12 @@ Failure semantics:
   all its bench tasks succeeded, so the tables stay as they were.
 
 Bench outputs, caches and tables are written here, by the bench task, exactly as on a local run.
+
+Each bench task holds one worker of its model at a time (aot_tune.bench.seats), as it holds one
+GPU on a local run: its batches go to that worker, which keeps the shape's input sets and
+references between them and is told the shape to build next; a worker is sent each Triton cache
+entry once. A batch whose worker died runs on another (Dask's retry); that one compiles what it
+was not sent.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, Runner
+from aot_tune.bench.seats import Seats
 from aot_tune.runtime.devices import INTERPRETER
 from aot_tune.errors import BenchUnavailable, TuneError, program
 from aot_tune.bench.runner import INTERPRETER_DEVICE, DeviceModel
@@ -93,6 +100,8 @@ class ClusterDevices(Runner):
         self._members: dict[str, tuple[str, str]] = {}  # address -> (name, kind), as last seen
         self._members_seen = 0.0
         self._members_lock = threading.Lock()
+        self._seats: dict[str, Seats] = {}  # device model -> its workers, each held by one bench task at a time
+        self._shipped: dict[str, set[str]] = {}  # worker address -> the Triton cache entries sent there
         self._started = False
 
     # -- planning --------------------------------------------------------------------------
@@ -127,6 +136,7 @@ class ClusterDevices(Runner):
         self.devices = tuple(devices)
         with self._members_lock:
             self._members = {a: (str(w.name), w.kinds[0]) for a, w in found.items()}
+        self._seats = {d.key: Seats(sorted(a for a, w in found.items() if w.kinds[0] == d.key)) for d in devices}
         return self.devices
 
     def _check(self, worker: WorkerDescription, toolchain: dict[str, str]) -> str:
@@ -191,8 +201,26 @@ class ClusterDevices(Runner):
             pass
 
     def lease(self, device: DeviceModel, upcoming: BenchRequest | None = None) -> "ClusterLease":
-        """A lease of a worker of this model; ``upcoming`` is not used (each batch is one Dask task)."""
-        return ClusterLease(self, device)
+        """A worker of this model, held until the block ends (``upcoming``: the first request the
+        bench task will send, so that a busy worker builds its shape while the task waits)."""
+        return ClusterLease(self, device, upcoming)
+
+    def take(self, kind: str, upcoming: BenchRequest | None) -> str | None:
+        """A free worker of model ``kind`` (waiting for one), or None when none is left."""
+        seats = self._seats.get(kind)
+        if seats is None:
+            return None
+        return seats.take(upcoming, poll_s=POLL_S, refresh=lambda: self._count_of(kind))
+
+    def give_back(self, kind: str, address: str) -> None:
+        self._seats[kind].give_back(address)
+
+    def holds(self, kind: str, address: str) -> bool:
+        """Whether ``address`` is still one of the model's workers."""
+        return address in self._seats[kind].members()
+
+    def next_for(self, kind: str, address: str, sending: BenchRequest) -> BenchRequest | None:
+        return self._seats[kind].next_for(address, sending)
 
     def close(self) -> None:
         try:
@@ -201,11 +229,13 @@ class ClusterDevices(Runner):
             pass
 
     # -- used by leases --------------------------------------------------------------------
-    def cache_entries(self, requests: Sequence[BenchRequest]) -> dict[str, dict[str, bytes]]:
+    def cache_entries(self, requests: Sequence[BenchRequest], address: str | None = None) -> dict[str, dict[str, bytes]]:
         """Triton cache entries of every compile the requests' launches use, each file compressed
-        (a cubin to about a third); packed once per run."""
+        (a cubin to about a third); packed once per run. With ``address``, only those not yet sent
+        to that worker (``shipped`` records what arrived)."""
         entries = {}
-        for kernel_hash in sorted({h for r in requests for h in r.kernel_hashes}):
+        sent = self._shipped.get(address, set()) if address is not None else set()
+        for kernel_hash in sorted({h for r in requests for h in r.kernel_hashes} - sent):
             with self._packed_lock:
                 if kernel_hash not in self._packed:
                     files = pack_cache_entry(self._triton_cache_dir, kernel_hash)
@@ -216,13 +246,22 @@ class ClusterDevices(Runner):
                 entries[kernel_hash] = packed
         return entries
 
-    def run(self, batch: RemoteBatch) -> BatchResult:
-        """Run a batch on a worker of its model; wait while workers come and go."""
+    def shipped(self, address: str, batch: RemoteBatch, result: BatchResult) -> None:
+        """Note the batch's entries as installed on ``address``, if it ran there."""
+        with self._members_lock:
+            ran_there = self._members.get(address, ("",))[0] == result.worker
+        if ran_there:
+            self._shipped.setdefault(address, set()).update(batch.cache_entries)
+
+    def run(self, batch: RemoteBatch, address: str | None = None) -> BatchResult:
+        """Run a batch on a worker of its model (``address``'s while it is up); wait while
+        workers come and go."""
         from distributed import KilledWorker
 
         self._ensure_connected()
+        where = {"workers": [address], "allow_other_workers": True} if address is not None else {}
         future = self.client.submit(run_batch, batch, resources={resource_name(batch.kind): 1}, pure=False,
-                                    key=f"aot_tune-{batch.label.replace(' ', '-')}-{uuid.uuid4().hex[:8]}")
+                                    key=f"aot_tune-{batch.label.replace(' ', '-')}-{uuid.uuid4().hex[:8]}", **where)
         alone_since = None
         while True:
             try:
@@ -268,21 +307,29 @@ class ClusterDevices(Runner):
                     now = self._members
                 for address in sorted(self._members.keys() - now.keys()):
                     name, left_kind = self._members[address]
+                    if left_kind in self._seats:
+                        self._seats[left_kind].leave(address)
+                    self._shipped.pop(address, None)
                     remaining = sum(k == left_kind for _, k in now.values())
                     self._log(f"[cluster] worker {name} ({left_kind}) left; {remaining} {left_kind} worker(s) "
                               f"remain; a bench task it was running is retried on another")
                 for address in sorted(now.keys() - self._members.keys()):
                     self._log(f"[cluster] worker {now[address][0]} ({now[address][1]}) joined")
+                    if now[address][1] in self._seats:
+                        self._seats[now[address][1]].join(address)
                 self._members = now
             return sum(kind == k for _, k in self._members.values())
 
 
 class ClusterLease(DeviceLease):
-    """A bench task's hold on one device model of the cluster; each ``measure_all`` is one Dask task."""
+    """A bench task's hold on one worker of a device model; each ``measure_all`` is one Dask task
+    sent to that worker (to another when it left)."""
 
-    def __init__(self, cluster: ClusterDevices, device: DeviceModel) -> None:
+    def __init__(self, cluster: ClusterDevices, device: DeviceModel, upcoming: BenchRequest | None = None) -> None:
         self._cluster = cluster
         self._device = device
+        self._upcoming = upcoming
+        self._address: str | None = None
         self.cache_hits = 0
         self.cache_misses = 0
         self.seconds: Counter[str] = Counter()
@@ -290,9 +337,13 @@ class ClusterLease(DeviceLease):
         self._info: DeviceInfo | None = None
 
     def __enter__(self) -> "ClusterLease":
+        self._address = self._cluster.take(self._device.key, self._upcoming)
         return self
 
     def __exit__(self, *exc) -> bool:
+        if self._address is not None:
+            self._cluster.give_back(self._device.key, self._address)
+            self._address = None
         return False
 
     def ready(self) -> None:
@@ -308,13 +359,20 @@ class ClusterLease(DeviceLease):
     def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> list[ConfigMeasurement]:
         first = requests[0] if requests else None
         label = f"{first.kernel} {first.dtype} {'x'.join(str(v) for _, v in first.shape)}" if first else "device"
+        kind = self._device.key
+        if self._address is not None and not self._cluster.holds(kind, self._address):  # it left
+            self._address = self._cluster.take(kind, first)
+        address = self._address
         batch = RemoteBatch(
-            label=f"{label} on {self._device.key}", kind=self._device.key, backend=self._device.backend,
+            label=f"{label} on {kind}", kind=kind, backend=self._device.backend,
             sources=self._cluster._sources, requests=tuple(requests),
-            cache_entries=self._cluster.cache_entries(requests) if self._device.backend == "cuda" else {},
+            cache_entries=self._cluster.cache_entries(requests, address) if self._device.backend == "cuda" else {},
             timeout_s=timeout_s,
+            ahead=self._cluster.next_for(kind, address, first) if address is not None and first is not None else None,
         )
-        result = self._cluster.run(batch)
+        result = self._cluster.run(batch, address)
+        if address is not None:
+            self._cluster.shipped(address, batch, result)
         self._info = result.info
         self.cache_hits += result.cache_hits
         self.cache_misses += result.cache_misses

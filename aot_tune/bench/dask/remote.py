@@ -3,9 +3,10 @@
 A worker owns one GPU (or the interpreter) and runs one batch at a time. As on a local run, the
 configs are measured in a device worker process (aot_tune.bench.local.pool), so a config that kills
 its CUDA context costs that config, not the Dask worker. The device process stays up between
-batches of the same project sources, so torch and CUDA start once per worker. Triton cache
-entries shipped with a batch are installed into the worker's own Triton cache first, so its
-launches load the compile stage's binaries instead of compiling.
+batches of the same project sources, so torch and CUDA start once per worker, and it keeps the
+shape it measured last and the one the planning side said comes next (built during the batch's
+timed launches). Triton cache entries shipped with a batch are installed into the worker's own
+Triton cache first, so its launches load the compile stage's binaries instead of compiling.
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ class RemoteBatch:
     requests: tuple[BenchRequest, ...]
     cache_entries: dict[str, dict[str, bytes]]  # kernel hash -> file name -> zlib-compressed content
     timeout_s: float
+    ahead: BenchRequest | None = None  # the shape to build during this batch's timed launches
 
 
 @dataclass
@@ -138,7 +140,8 @@ def run_batch(batch: RemoteBatch) -> BatchResult:
         print(f"[aot_tune {dask_worker.name}] {batch.label}: {len(batch.requests)} configs "
               f"({installed} Triton cache entries installed)", file=sys.stderr, flush=True)
         requests = [replace(request, root=str(root)) for request in batch.requests]
-        with pool.lease() as lease:
+        ahead = replace(batch.ahead, root=str(root)) if batch.ahead is not None else None
+        with pool.lease(ahead=ahead) as lease:
             measurements = list(lease.measure_all(requests, batch.timeout_s))
             return BatchResult(str(dask_worker.name), lease.info, measurements, lease.cache_hits,
                                lease.cache_misses, installed, dict(lease.seconds))

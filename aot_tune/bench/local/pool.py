@@ -28,7 +28,8 @@ from typing import Iterator, Sequence
 from aot_tune import forking
 from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, DeviceModel,
                                    MeasurementStatus, Runner)
-from aot_tune.bench.local.worker import worker_main, workload_key
+from aot_tune.bench.local.worker import worker_main
+from aot_tune.bench.seats import Seats
 
 STARTUP_TIMEOUT_S = 300.0
 #: How often a quiet device worker is reported while a bench task waits for it (seconds).
@@ -51,21 +52,13 @@ class _Suspects:
     reason: str
 
 
-@dataclass
-class _Ticket:
-    """A lease asked for: the shape it will measure first, and the device once granted."""
-
-    key: tuple | None
-    upcoming: BenchRequest | None
-    index: int | None = None
-
-
 class LocalLease(DeviceLease):
     """A device held by one bench task; sends it the task's configs and collects the results."""
 
-    def __init__(self, pool: "DevicePool", index: int) -> None:
+    def __init__(self, pool: "DevicePool", index: int, ahead: BenchRequest | None = None) -> None:
         self._pool = pool
         self.index = index
+        self._ahead = ahead  # the shape to build next, when the caller knows it (a cluster's planning side)
         self.cache_hits = 0
         self.cache_misses = 0
         self.seconds: Counter[str] = Counter()  # the worker's batches and their set-up steps (host seconds)
@@ -141,7 +134,8 @@ class LocalLease(DeviceLease):
         current: tuple[str, ...] = (batch[0].config_id,)
         phase = "check"
         try:
-            worker.conn.send(("batch", batch, self._pool.next_for(self.index, batch[0])))
+            ahead = self._ahead if self._ahead is not None else self._pool.seats.next_for(self.index, batch[0])
+            worker.conn.send(("batch", batch, ahead))
             while True:
                 if not self._wait(worker, timeout_s, batch[0], current, phase):
                     self._pool.discard(self.index)
@@ -180,13 +174,7 @@ class DevicePool(Runner):
         #: instead of holding up the first batch with the device idle.
         self.imports = tuple(imports)
         self._workers: dict[int, _Worker] = {}
-        # Leases are granted in the order they were asked for, except that a device goes first to
-        # a lease whose shape its worker built ahead (``next_for``).
-        self._grants = threading.Condition()
-        self._idle: list[int] = list(range(device_count))
-        self._waiting: list[_Ticket] = []
-        self._built_ahead: dict[int, tuple] = {}  # device -> the shape its worker was told to build next
-        self._measuring: dict[int, tuple] = {}  # device -> the shape of the last batch sent to its worker
+        self.seats = Seats(range(device_count))
         # One lock per device: starting one worker (seconds: torch, CUDA) never blocks another's lease.
         self._locks = [threading.Lock() for _ in range(device_count)]
         self._warming = threading.Lock()
@@ -199,55 +187,19 @@ class DevicePool(Runner):
         self._context = multiprocessing.get_context("spawn") if backend != "cuda" else None
 
     @contextlib.contextmanager
-    def lease(self, device: DeviceModel | None = None, upcoming: BenchRequest | None = None) -> Iterator[LocalLease]:
+    def lease(self, device: DeviceModel | None = None, upcoming: BenchRequest | None = None,
+              ahead: BenchRequest | None = None) -> Iterator[LocalLease]:
         """Hold a free device of this pool (all of one model: ``device``, the model a bench task
         asks for, is the pool's own) until the block ends. ``upcoming``: the first request the
-        lease will send, so that while it waits, the busy device's worker builds its shape."""
+        lease will send, so that while it waits, the busy device's worker builds its shape.
+        ``ahead``: the shape the worker builds during each batch, when the caller knows better
+        than this pool (a cluster worker's one-device pool, told by the planning side)."""
         self._start_all_once()
-        ticket = _Ticket(workload_key(upcoming) if upcoming is not None else None, upcoming)
-        with self._grants:
-            self._waiting.append(ticket)
-            self._grant()
-            while ticket.index is None:
-                self._grants.wait()
+        index = self.seats.take(upcoming)
         try:
-            yield LocalLease(self, ticket.index)
+            yield LocalLease(self, index, ahead)
         finally:
-            with self._grants:
-                self._idle.append(ticket.index)
-                self._grant()
-
-    def _grant(self) -> None:
-        """Give idle devices to waiting leases (under ``_grants``): first to a lease whose shape a
-        device's worker holds (built ahead, or measured last: its input sets, references and
-        kernels are there), then in the order they were asked for. A shape's batches thus stay
-        on one device where they can; spread over devices, each of them builds the shape's
-        inputs and loads its kernels again."""
-        while self._idle and self._waiting:
-            index, ticket = next(((i, t) for t in self._waiting for i in self._idle
-                                  if t.key is not None and t.key in (self._built_ahead.get(i), self._measuring.get(i))),
-                                 (self._idle[0], self._waiting[0]))
-            self._idle.remove(index)
-            self._waiting.remove(ticket)
-            ticket.index = index
-        self._grants.notify_all()
-
-    def next_for(self, index: int, sending: BenchRequest) -> BenchRequest | None:
-        """The first request of the shape device ``index`` should build while it measures
-        ``sending``'s: the one it was told before while a lease still waits for it (its worker
-        keeps only the shape it is told), else the longest-waiting lease's whose shape no other
-        device builds. Called as the batch is sent: the device then holds ``sending``'s shape."""
-        with self._grants:
-            self._measuring[index] = workload_key(sending)
-            own = self._built_ahead.get(index)
-            taken = {k for i, k in self._built_ahead.items() if i != index} | {workload_key(sending)}
-            waiting = [t for t in self._waiting if t.key is not None and t.key not in taken]
-            ticket = next((t for t in waiting if t.key == own), None) or next(iter(waiting), None)
-            if ticket is None:
-                self._built_ahead.pop(index, None)
-                return None
-            self._built_ahead[index] = ticket.key
-            return ticket.upcoming
+            self.seats.give_back(index)
 
     def start(self) -> None:
         """Start every device's worker in the background now (e.g. while compiles run)."""
@@ -313,9 +265,7 @@ class DevicePool(Runner):
         return _Worker(process, parent, info)
 
     def discard(self, index: int) -> None:
-        with self._grants:
-            self._built_ahead.pop(index, None)  # a fresh worker holds no shape
-            self._measuring.pop(index, None)
+        self.seats.forget(index)  # a fresh worker holds no shape
         with self._locks[index]:
             worker = self._workers.pop(index, None)
         if worker is not None:

@@ -15,7 +15,7 @@ from collections import Counter
 from multiprocessing.connection import Connection
 from typing import Sequence
 
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, workload_key
 
 
 def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_dir: str,
@@ -104,11 +104,6 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     return
             seconds["batches"] = time.perf_counter() - began
             conn.send(("done", dict(seconds)))
-
-
-def workload_key(request: BenchRequest) -> tuple:
-    """What one shape's input sets and references depend on: requests with the same key share them."""
-    return (request.kernel, request.shape, request.dtype)
 
 
 class Workloads:
