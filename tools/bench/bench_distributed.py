@@ -145,7 +145,8 @@ def tune(project: Path, run: Run, kernels: list[str], extra: list[str], during=N
     run.stage = stage[-1] if stage else float("nan")
     rate = re.search(r"Triton cache hit rate (\d+% \(\d+/\d+\))", stderr)
     run.hit_rate = rate.group(1) if rate else "n/a"
-    summary = [line for line in stderr.splitlines() if line.startswith(("bench:", "aot_tune: bench", "[cluster]"))]
+    summary = [line for line in stderr.splitlines()
+               if line.startswith(("bench:", "bench stage:", "bench device time:", "aot_tune: bench", "[cluster]"))]
     print(f"  {run.name} on {run.gpus} GPU(s): {run.wall:.1f} s wall, bench stage {run.stage:.1f} s; "
           + " | ".join(summary), flush=True)
     if proc.returncode != 0:
