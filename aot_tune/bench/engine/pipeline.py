@@ -155,15 +155,23 @@ class _Pass:
         #: the event pair and launch overhead a graph replay does not pay
         self.probe_overheads: list[float] = []
 
+    def _open(self, requests: list[BenchRequest], load_now: list[BenchRequest]
+              ) -> tuple["_Kernels | None", list[ConfigMeasurement]]:
+        """The kernels of ``load_now`` loaded and the shape set up for ``requests``: (the loaded
+        kernels, []), or (None, every request's failure) when the shape's set-up failed."""
+        kernels = _Kernels(self.workload, self.seconds)
+        kernels.load(load_now, self._announce_load, gpu_busy=lambda: False)
+        failure = self._set_up(requests)
+        if failure is not None:
+            return None, [runtime_error(request, failure) for request in requests]
+        return kernels, []
+
     def measure(self, requests: list[BenchRequest]) -> Iterator[ConfigMeasurement]:
         if not requests:
             return
-        kernels = _Kernels(self.workload, self.seconds)
-        kernels.load(requests[:1], self._announce_load, gpu_busy=lambda: False)
-        failure = self._set_up(requests)
-        if failure is not None:
-            for request in requests:
-                yield runtime_error(request, failure)
+        kernels, failed = self._open(requests, requests[:1])
+        if kernels is None:
+            yield from failed
             return
         running: ConfigTiming | None = None  # timed launches queued, samples not read
         ready: ConfigTiming | None = None  # checked and captured, nothing of its timing queued
@@ -206,12 +214,9 @@ class _Pass:
         ``rounds`` rounds of a slice of ``rep_ms`` each, every config in turn. A GPU under a power
         cap or warming up runs the same kernel 10-33% apart from one pass to the next (fp8 and
         fp16 GEMMs on the H100 host); interleaved, that drift falls on every finalist alike."""
-        kernels = _Kernels(self.workload, self.seconds)
-        kernels.load(requests, self._announce_load, gpu_busy=lambda: False)
-        failure = self._set_up(requests)
-        if failure is not None:
-            for request in requests:
-                yield runtime_error(request, failure)
+        kernels, failed = self._open(requests, requests)
+        if kernels is None:
+            yield from failed
             return
         # every check queued at once (the GPU runs them back to back); then each one read, its graph
         # captured and its first slice queued, so that the next capture overlaps that slice
