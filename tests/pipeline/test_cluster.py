@@ -4,6 +4,7 @@ workers and the scheduler killed mid-run. Plus planning for several GPU models, 
 cache entries a remote worker is sent."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -247,36 +248,48 @@ def test_when_the_scheduler_goes_away_the_run_fails_cleanly_and_resumes(project,
     assert doit(project, "check").returncode == 0
 
 
-def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_path, compile_executors):
-    """The path a GPU batch takes, on an interpreter worker: the entries of its compiles are packed
-    and compressed here, sent with the batch, and installed once into the worker's Triton cache."""
+@contextlib.contextmanager
+def planned_cluster(project: Path, tmp_path: Path, workers: int, compile_executors):
+    """A cluster of ``workers`` interpreter workers, planned and given the project as a run does:
+    (the cluster's devices, its one device model, a request maker for a bench unit's first config
+    with every compile's Triton cache entry, those entries' hashes)."""
     from aot_tune.bench.dask.client import ClusterDevices
-    from aot_tune.bench.dask.remote import RemoteBatch
     from aot_tune.triton_compat import versions
 
     manifest = load_manifest(project / "tuning.yaml")
-    plan = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
-    kp = plan.kernels[0]
-    unit = kp.bench_units[0]
+    kp = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels).kernels[0]
     hashes = sorted({h for c in kp.compile_units for h in json.loads(c.output.read_text())["specializations"]})
     assert hashes
     spec = kp.spec
-    request = BenchRequest(kernel=spec.name, root=str(project), launch_ref=spec.launch, inputs_ref=spec.inputs,
-                           reference_ref=spec.reference, shape=(("n", unit.shape[0]),), dtype=unit.dtype,
-                           config_id=unit.configs[0].id, config=unit.configs[0].params, settings=spec.bench,
-                           kernel_hashes=tuple(hashes))
-    with cluster(tmp_path, 1) as dask:
+
+    def request(index: int) -> BenchRequest:
+        unit = kp.bench_units[index]
+        return BenchRequest(kernel=spec.name, root=str(project), launch_ref=spec.launch, inputs_ref=spec.inputs,
+                            reference_ref=spec.reference, shape=(("n", unit.shape[0]),), dtype=unit.dtype,
+                            config_id=unit.configs[0].id, config=unit.configs[0].params, settings=spec.bench,
+                            kernel_hashes=tuple(hashes))
+
+    with cluster(tmp_path, workers) as dask:
         devices = ClusterDevices(str(dask.scheduler_file), worker_wait_s=10, log=lambda line: None, tls=dask.tls)
         try:
             (device,) = devices.discover(versions())
             devices.use_project(project, [spec.kernel, spec.launch, spec.inputs, spec.reference],
                                 Path(compile_executors.triton_cache_dir))
-            entries = devices.cache_entries([request])
-            assert sorted(entries) == hashes
-            results = [devices.run(RemoteBatch(f"check {i}", device.key, device.backend, devices._sources,
-                                               (request,), entries, 600.0)) for i in range(2)]
+            yield devices, device, request, hashes
         finally:
             devices.close()
+
+
+def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_path, compile_executors):
+    """The path a GPU batch takes, on an interpreter worker: the entries of its compiles are packed
+    and compressed here, sent with the batch, and installed once into the worker's Triton cache."""
+    from aot_tune.bench.dask.remote import RemoteBatch
+
+    with planned_cluster(project, tmp_path, 1, compile_executors) as (devices, device, request, hashes):
+        entries = devices.cache_entries([request(0)])
+        assert sorted(entries) == hashes
+        results = [devices.run(RemoteBatch(f"check {i}", device.key, device.backend, devices._sources,
+                                           (request(0),), entries, 600.0)) for i in range(2)]
     assert [r.entries_installed for r in results] == [len(hashes), 0]  # the second batch found them there
     assert all(r.measurements[0].status == "ok" and r.worker == "t-interpreter0" for r in results)
 
@@ -285,50 +298,27 @@ def test_a_bench_task_holds_one_worker_and_each_worker_is_sent_an_entry_once(pro
     """As a local lease holds one GPU: two tasks at once hold two workers, a task's batches all
     run on its worker, and a freed worker goes first to the task of the shape it measured last.
     A worker is sent each Triton cache entry once; another worker is sent it again."""
-    from aot_tune.bench.dask.client import ClusterDevices
     from aot_tune.bench.dask.remote import RemoteBatch
-    from aot_tune.triton_compat import versions
 
-    manifest = load_manifest(project / "tuning.yaml")
-    plan = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
-    kp = plan.kernels[0]
-    hashes = sorted({h for c in kp.compile_units for h in json.loads(c.output.read_text())["specializations"]})
-    spec = kp.spec
-
-    def request(unit) -> BenchRequest:
-        return BenchRequest(kernel=spec.name, root=str(project), launch_ref=spec.launch, inputs_ref=spec.inputs,
-                            reference_ref=spec.reference, shape=(("n", unit.shape[0]),), dtype=unit.dtype,
-                            config_id=unit.configs[0].id, config=unit.configs[0].params, settings=spec.bench,
-                            kernel_hashes=tuple(hashes))
-
-    first, second = (request(u) for u in kp.bench_units[:2])
-    with cluster(tmp_path, 2) as dask:
-        devices = ClusterDevices(str(dask.scheduler_file), worker_wait_s=10, log=lambda line: None, tls=dask.tls)
-        try:
-            (device,) = devices.discover(versions())
-            devices.use_project(project, [spec.kernel, spec.launch, spec.inputs, spec.reference],
-                                Path(compile_executors.triton_cache_dir))
-            with devices.lease(device, first) as one, devices.lease(device, second) as two:
-                for _ in range(2):
-                    assert one.measure_all([first], 600.0)[0].status == "ok"
-                    assert two.measure_all([second], 600.0)[0].status == "ok"
-                assert len(set(one.workers)) == len(set(two.workers)) == 1 and one.workers != two.workers
-                held = one._address
-            with devices.lease(device, second) as again:
-                assert again._address != held  # the worker that measured this shape last
-            address = held
-            entries = devices.cache_entries([first], address)
-            assert sorted(entries) == hashes
-            result = devices.run(RemoteBatch("entries", device.key, device.backend, devices._sources, (first,),
-                                             entries, 600.0), address)
-            devices.shipped(address, RemoteBatch("entries", device.key, device.backend, devices._sources, (first,),
-                                                 entries, 600.0), result)
-            assert result.entries_installed == len(hashes)
-            assert devices.cache_entries([first], address) == {}  # sent there already
-            (other,) = [a for a in devices._seats[device.key].members() if a != address]
-            assert sorted(devices.cache_entries([first], other)) == hashes
-        finally:
-            devices.close()
+    with planned_cluster(project, tmp_path, 2, compile_executors) as (devices, device, request, hashes):
+        first, second = request(0), request(1)
+        with devices.lease(device, first) as one, devices.lease(device, second) as two:
+            for _ in range(2):
+                assert one.measure_all([first], 600.0)[0].status == "ok"
+                assert two.measure_all([second], 600.0)[0].status == "ok"
+            assert len(set(one.workers)) == len(set(two.workers)) == 1 and one.workers != two.workers
+            held = one._address
+        with devices.lease(device, second) as again:
+            assert again._address != held  # the worker that measured this shape last
+        entries = devices.cache_entries([first], held)
+        assert sorted(entries) == hashes
+        batch = RemoteBatch("entries", device.key, device.backend, devices._sources, (first,), entries, 600.0)
+        result = devices.run(batch, held)
+        devices.shipped(held, batch, result)
+        assert result.entries_installed == len(hashes)
+        assert devices.cache_entries([first], held) == {}  # sent there already
+        (other,) = [a for a in devices._seats[device.key].members() if a != held]
+        assert sorted(devices.cache_entries([first], other)) == hashes
 
 
 def test_dask_options_are_checked_with_one_line(project):
