@@ -109,19 +109,22 @@ def end_to_end(stats: RunStats, wall_s: float) -> str:
 
 def bench_timing(stats: RunStats) -> str:
     """The bench stage's wall time, how much of it waited for device workers to start (torch and
-    CUDA start-up: in a full run they start while the compiles run), and its wall from the first
-    batch with work for a device (before it, a cold run's benches wait for their first compiles)."""
+    CUDA start-up: in a full run they start while the compiles run; a cluster's were up before),
+    its wall from the first batch with work for a device (before it, a cold run's benches wait for
+    their first compiles), and where the device time the benches held went: on a cluster, "between
+    batches" is also each batch's trip through Dask."""
     first, last = stats.spans["bench"]
     started, ready = stats.devices_started_at, stats.devices_ready_at
-    if ready is None:  # a cluster's workers were up before the run
-        return f"bench stage: {last - first:.1f}s; timed kernel launches {stats.timed_s:.1f}s"
     devices = stats.devices
-    waited = max(0.0, min(ready, last) - first)
     compiles = stats.seconds["waited for compiles"]
     batches = stats.spans.get("bench batches")
-    line = (f"bench stage: {last - first:.1f}s on {devices} device(s), "
-            f"{last - first - waited:.1f}s of it after the device workers were up "
-            f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)"
+    if ready is None:  # a cluster's workers were up before the run
+        start_up = " (a cluster's workers, up before the run)"
+    else:
+        waited = max(0.0, min(ready, last) - first)
+        start_up = (f", {last - first - waited:.1f}s of it after the device workers were up "
+                    f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)")
+    line = (f"bench stage: {last - first:.1f}s on {devices} device(s){start_up}"
             + (f", {batches[1] - batches[0]:.1f}s from its first batch to its end" if batches else "")
             + (f"; benches waited {compiles:.1f}s for compiles to land, without a device" if compiles >= 0.05 else ""))
     seconds = stats.seconds

@@ -27,6 +27,18 @@ def test_the_share_counts_baselines_and_the_split_adds_up_to_the_held_time():
     assert parts == [18.0, 0.5, 4.0, 1.0, 0.5, 1.0] and abs(sum(parts) - 25.0) < 1e-9
 
 
+def test_a_cluster_run_splits_its_device_time_too_without_a_start_up():
+    """A cluster's workers were up before the run; the split still says where the held time went
+    (between batches there includes each batch's trip through Dask)."""
+    stats = session(**{"measured": 16.0, "measured baselines": 2.0, "device held": 25.0, "device batches": 22.0,
+                       "device inputs": 1.0, "device loads": 0.5, "device timed span": 18.5})
+    stats.devices, stats.devices_started_at, stats.devices_ready_at = 4, None, None
+    line = bench_timing(stats)
+    assert line.startswith("bench stage: 30.0s on 4 device(s) (a cluster's workers, up before the run)")
+    assert "start-up" not in line and "72% of the 25.0s" in line
+    assert line.splitlines()[1].endswith("+ between batches 3.0s (7 batches)")
+
+
 def test_without_the_workers_split_only_the_share_is_given():
     line = bench_timing(session(**{"measured": 8.0, "device held": 10.0}))
     assert "80% of the 10.0s" in line and "bench device time" not in line
