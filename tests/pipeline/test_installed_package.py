@@ -171,7 +171,7 @@ def test_an_installed_packages_kernels_are_adopted_tuned_and_launched_untouched(
     assert Path(where).is_relative_to(site)
     for kernel, key in (("_scale_kernel", "n_cols"), ("_add_kernel", "n")):
         tables = (project / "generated" / f"{kernel}.py").read_text()
-        assert f"(64, 'float16'): {{'BLOCK_SIZE'" in tables and f"(100, 'float16'): {{'BLOCK_SIZE'" in tables, tables
+        assert "(64, 'float16'): {'BLOCK_SIZE'" in tables and "(100, 'float16'): {'BLOCK_SIZE'" in tables, tables
     assert all(set(config) >= {"BLOCK_SIZE", "num_warps"} for pair in used for config in pair), used
     assert digests(site) == installed
 

@@ -69,7 +69,7 @@ def test_a_busy_device_is_told_the_longest_waiting_shape_and_that_lease_gets_it(
 
 def test_a_freed_device_goes_to_the_lease_whose_shape_it_built(pool):
     granted: list = []
-    with pool.lease(upcoming=request(9)) as other:
+    with pool.lease(upcoming=request(9)):  # the other device, busy
         with pool.lease(upcoming=request(1)) as only:
             done = threading.Event()
             waiting = [waiting_lease(pool, request(n), granted, done) for n in (5, 6)]
