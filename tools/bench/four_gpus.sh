@@ -9,7 +9,8 @@
 # oracle:   the paper's whole benchmark, exhaustive, in one command on every GPU of the host
 # budgeted: the same, budgeted (surrogate, 50 configs a shape), judged by that oracle
 # tests:    the GPU tests, on the first GPU
-# Wheels for what the host lacks (doit, dask, distributed and their needs) are read from .whl/.
+# Wheels for what the host lacks (doit, dask, distributed and their needs) are read from .whl/;
+# the repository itself is installed in place (editable) where doit does not see it yet.
 set -uo pipefail
 TIMEFORMAT="wall %R s"
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,6 +18,9 @@ out=$1; shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$repo
 [ -d /tmp/site/doit ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$repo"/.whl/*.whl
+# `doit tune` finds aot_tune's commands through its installed entry points: install it in place
+python3 -c "import importlib.metadata as m, sys; sys.exit(not m.entry_points(group='doit.LOADER', name='aot_tune'))" 2>/dev/null \
+  || python3 -m pip install -q --no-deps --no-build-isolation -e "$repo" >/dev/null
 cd "$repo"
 search='{strategy: surrogate, budget: {configs: 50}}'
 for stage in "$@"; do
