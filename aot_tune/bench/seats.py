@@ -46,18 +46,26 @@ class Seats:
         ticket = _Ticket(workload_key(upcoming) if upcoming is not None else None, upcoming)
         with self._lock:
             self._waiting.append(ticket)
-            self._grant()
-            while ticket.device is None:
-                if poll_s is not None and not self._members:
+            try:
+                self._grant()
+                while ticket.device is None:
+                    if poll_s is not None and not self._members:
+                        self._waiting.remove(ticket)
+                        return None
+                    self._lock.wait(poll_s)
+                    if refresh is not None and ticket.device is None:
+                        self._lock.release()
+                        try:
+                            refresh()
+                        finally:
+                            self._lock.acquire()
+            except BaseException:  # interrupted: no device may stay granted to a ticket nobody holds
+                if ticket in self._waiting:
                     self._waiting.remove(ticket)
-                    return None
-                self._lock.wait(poll_s)
-                if refresh is not None and ticket.device is None:
-                    self._lock.release()
-                    try:
-                        refresh()
-                    finally:
-                        self._lock.acquire()
+                elif ticket.device is not None and ticket.device in self._members:
+                    self._idle.append(ticket.device)
+                    self._grant()
+                raise
             return ticket.device
 
     def give_back(self, device: Hashable) -> None:

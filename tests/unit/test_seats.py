@@ -47,3 +47,20 @@ def test_a_device_that_left_is_never_granted_again_even_when_given_back():
     seats.leave("tls://b")
     waiter.join(5)
     assert got == [None]  # no device left at all
+
+
+def test_a_take_interrupted_while_it_waits_leaves_no_device_granted_to_nobody():
+    seats = Seats(["tls://a"])
+    assert seats.take() == "tls://a"
+
+    def broken() -> None:
+        raise RuntimeError("the scheduler went away")
+
+    try:
+        seats.take(poll_s=0.01, refresh=broken)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the refresh's error should reach the caller")
+    seats.give_back("tls://a")
+    assert seats._idle == ["tls://a"] and seats._waiting == []  # not granted to the abandoned ticket

@@ -96,7 +96,7 @@ class ClusterDevices(Runner):
         self._sources: SourceBundle | None = None
         self._triton_cache_dir = ""
         self._packed: dict[str, dict[str, bytes] | None] = {}
-        self._packed_lock = threading.Lock()
+        self._packed_lock = threading.Lock()  # also guards _shipped
         self._members: dict[str, tuple[str, str]] = {}  # address -> (name, kind), as last seen
         self._members_seen = 0.0
         self._members_lock = threading.Lock()
@@ -234,7 +234,8 @@ class ClusterDevices(Runner):
         (a cubin to about a third); packed once per run. With ``address``, only those not yet sent
         to that worker (``shipped`` records what arrived)."""
         entries = {}
-        sent = self._shipped.get(address, set()) if address is not None else set()
+        with self._packed_lock:
+            sent = set(self._shipped.get(address, ())) if address is not None else set()
         for kernel_hash in sorted({h for r in requests for h in r.kernel_hashes} - sent):
             with self._packed_lock:
                 if kernel_hash not in self._packed:
@@ -251,7 +252,8 @@ class ClusterDevices(Runner):
         with self._members_lock:
             ran_there = self._members.get(address, ("",))[0] == result.worker
         if ran_there:
-            self._shipped.setdefault(address, set()).update(batch.cache_entries)
+            with self._packed_lock:
+                self._shipped.setdefault(address, set()).update(batch.cache_entries)
 
     def run(self, batch: RemoteBatch, address: str | None = None) -> BatchResult:
         """Run a batch on a worker of its model (``address``'s while it is up); wait while
@@ -309,7 +311,8 @@ class ClusterDevices(Runner):
                     name, left_kind = self._members[address]
                     if left_kind in self._seats:
                         self._seats[left_kind].leave(address)
-                    self._shipped.pop(address, None)
+                    with self._packed_lock:
+                        self._shipped.pop(address, None)
                     remaining = sum(k == left_kind for _, k in now.values())
                     self._log(f"[cluster] worker {name} ({left_kind}) left; {remaining} {left_kind} worker(s) "
                               f"remain; a bench task it was running is retried on another")
