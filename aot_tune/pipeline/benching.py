@@ -194,7 +194,7 @@ class Benches:
                 ) -> list[ConfigMeasurement]:
         """On a GPU, the shape's finalists (aot_tune.select.finalists) timed again side by side,
         interleaved, in one batch; each one's entry takes that timing, its seconds added. A
-        finalist that fails now keeps the failure. Returns what the batch measured. None where
+        finalist that fails now keeps the failure. Returns what the batch measured: nothing where
         the task measured no config (``fresh``: baselines alone, a search whose probes the
         earlier record answered): its entries and their finals are that record's."""
         planned = {c.id: c for c in unit.configs}
