@@ -13,8 +13,9 @@ configs timed minutes apart meet different clocks and heat, and the pick is amon
 
 Failed configs are never chosen, and only like is compared with like: a short screening
 measurement (successive halving's early rungs, ``short_rep_ms`` set) never competes with a full
-one. The pick is among the full measurements; only a search whose seconds budget ran out before
-any config was timed in full picks among its longest short ones.
+one. The pick is among the full measurements, else among the longest short ones: a search whose
+seconds budget ran out before any config was timed in full, or a ranked search's screening on a
+GPU, whose fastest the finals then time in full.
 """
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ FINALS_ROUNDS = 5
 FINALS_SHARE = 1.0
 
 
+def finals_on(backend: str) -> bool:
+    """Whether a bench on ``backend`` times its finalists again: on a GPU only (the interpreter's
+    times say nothing of a GPU's clocks or heat)."""
+    return backend == "cuda"
+
+
 def _interval(m: Measurement) -> tuple[float, float]:
     low = m.median_ci_low_ms or m.median_ms
     high = m.median_ci_high_ms or m.median_ms
@@ -61,13 +68,13 @@ def comparable(measurements: Iterable[Measurement]) -> list[Measurement]:
 
 
 def finalists(measurements: Iterable[Measurement]) -> list[Measurement]:
-    """The configs a shape's finals time side by side: the fastest full measurements, up to
-    ``FINALS_MAX`` within ``FINALS_BAND`` of the fastest, fastest first (fewer than two: no finals)."""
-    full = sorted((m for m in measurements if m.status == "ok" and m.runs > 0 and not m.short_rep_ms),
-                  key=lambda m: (m.median_ms, m.config.id))
-    if not full:
+    """The configs a shape's finals time side by side: the fastest comparable measurements (the
+    full ones, else the longest short ones), up to ``FINALS_MAX`` within ``FINALS_BAND`` of the
+    fastest, fastest first (fewer than two: no finals)."""
+    compared = sorted(comparable(measurements), key=lambda m: (m.median_ms, m.config.id))
+    if not compared:
         return []
-    return [m for m in full if m.median_ms <= full[0].median_ms * (1 + FINALS_BAND)][:FINALS_MAX]
+    return [m for m in compared if m.median_ms <= compared[0].median_ms * (1 + FINALS_BAND)][:FINALS_MAX]
 
 
 def contenders(measurements: Iterable[Measurement]) -> list[Measurement]:

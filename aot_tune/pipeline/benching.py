@@ -24,7 +24,7 @@ from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import DeviceHold, bench_timeout, landed_waves, measure_batch
 from aot_tune.pipeline.stragglers import StragglerJudge
 from aot_tune.runs.stats import RunStats
-from aot_tune.select import FINALS_ROUNDS, FINALS_SHARE, finalists
+from aot_tune.select import FINALS_ROUNDS, FINALS_SHARE, finalists, finals_on
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 from aot_tune.workers.pools import Executors
@@ -199,7 +199,7 @@ class Benches:
         earlier record answered): its entries and their finals are that record's."""
         planned = {c.id: c for c in unit.configs}
         chosen = [m.config.id for m in finalists(entries.values()) if m.config.id in planned]
-        if device.backend != "cuda" or len(chosen) < 2 or not any(m.ok for m in fresh):
+        if not finals_on(device.backend) or len(chosen) < 2 or not any(m.ok for m in fresh):
             return []
         settings = replace(kp.spec.bench, rep_ms=kp.spec.bench.rep_ms * FINALS_SHARE)
         requests = [replace(self.request(kp, unit, planned[cid], settings, device), final_rounds=FINALS_ROUNDS)

@@ -30,8 +30,9 @@ A run is four parts, added up:
   (check, warm-up, probe, graph capture, kernel load); on the interpreter, that config's
   ``seconds`` in the shape's earlier record. A ``ranked`` search measures its first batch and
   ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
-  shape, every config where it holds none. On a GPU, the finals time up to ``select.FINALS_MAX``
-  configs again for ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an
+  shape, every config where it holds none, each timing ``ranked.SCREEN_SHARE`` of ``rep_ms`` on a
+  GPU. On a GPU, the finals time up to ``select.FINALS_MAX`` configs again for
+  ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an
   overhead per batch sent to the device worker; a config that failed to compile every time
   before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
@@ -85,7 +86,7 @@ from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.select import FINALS_MAX, FINALS_SHARE
+from aot_tune.select import FINALS_MAX, FINALS_SHARE, finals_on
 from aot_tune.search import ranked
 from aot_tune.search import strategies as search
 
@@ -442,7 +443,7 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
     if unit.search.strategy == "ranked":  # what its sources in the cache let it leave out
         count, batches = ranked.expected_measurements(candidates,
                                                       staleness.ranked_sources(kp, unit), unit.shape)
-        groups = [(count, 1.0)] if count else []
+        groups = [(count, ranked.SCREEN_SHARE if finals_on(calibration.backend) else 1.0)] if count else []
     else:
         groups, batches = search.search_plan(unit.search, len(candidates))
     if unit.search.exhaustive and calibration.backend != "cuda":
@@ -457,9 +458,10 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
         configs = min(configs, measurements)
         batches = max(1, round(batches * budget / seconds))
         seconds = budget + cost(1.0)
-    full = sum(n for n, share in groups if share >= 1.0)
-    if calibration.backend == "cuda" and min(full, measurements) >= 2:  # the finals (select.finalists): a batch
-        seconds += min(FINALS_MAX, full, measurements) * cost(FINALS_SHARE)
+    # the finals (select.finalists): a batch, among the full timings, else the longest short ones
+    compared = sum(n for n, share in groups if share >= 1.0) or max(groups, key=lambda g: g[1], default=(0, 0))[0]
+    if finals_on(calibration.backend) and min(compared, measurements) >= 2:
+        seconds += min(FINALS_MAX, compared, measurements) * cost(FINALS_SHARE)
         batches += 1
     if staleness.baselines_to_measure(kp, unit):
         default = unit.default_config

@@ -27,6 +27,7 @@ from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import DeviceHold, bench_timeout, measure_batch
 from aot_tune.runs.stats import RunStats
 from aot_tune.search import strategies as search
+from aot_tune.select import finals_on
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
@@ -98,7 +99,8 @@ def search_shape(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: Benc
         return measure_probes([(config, share)])[0]
 
     seeds = [search.source_from_record(r, unit.shape) for r in sources]
-    result = search.run_search(unit.search, unit.configs, verdicts, measure, seeds, measure_batch=measure_probes)
+    result = search.run_search(unit.search, unit.configs, verdicts, measure, seeds, measure_batch=measure_probes,
+                               finals=finals_on(device.backend))
     return result.measurements, fresh, search_proto(unit, result, reused)
 
 

@@ -26,12 +26,15 @@ device's, but they rank the configs well. ``ranked`` searches one (shape, dtype)
    configs with this shape's measurements rules nothing out yet. The slope is fitted rather than
    taken as 1 so that a ranking that does not hold (even one reversed here) shows as a wrong
    slope or a wide spread, not as confidence.
-4. Then batches of ``BATCH``: the unmeasured configs whose optimistic time is below the best full
+4. Then batches of ``BATCH``: the unmeasured configs whose optimistic time is below the best
    time measured here, fastest predicted first, until none is left: the rest cannot win. A
    budget (``{configs: N}`` or ``{seconds: S}``) may end it sooner, as for the other strategies.
 
-Every timing is full: the stopping rule compares times, and a short timing would widen the
-spread it is judged by. Pure Python; measurements come through the search run's callbacks.
+Where the bench's finals follow (on a GPU, aot_tune.select.finalists), every timing is a
+screening one of ``SCREEN_SHARE`` of rep_ms: the finals time the fastest again in full, side by
+side, and the pick is among them, so the search has only to find them. Elsewhere every timing is
+full. One search's timings all have one length: the stopping rule compares like with like. Pure
+Python; measurements come through the search run's callbacks.
 """
 from __future__ import annotations
 
@@ -71,6 +74,11 @@ SPREADS = 2.0
 #: GPU's medians drift by a few percent between runs (clocks, temperature), which no fit on one
 #: run's measurements shows.
 MIN_MARGIN = math.log(1.05)
+#: Share of rep_ms of each timing where the finals follow: such a timing costs about half a full
+#: one (whose timed phase is about two thirds of it, aot_tune.search.strategies.SCREEN_SHARE). The
+#: finals' band (20%) is wide against what a shorter timing adds to a median's noise; the drift
+#: between batches (10-33% on a GPU at its power cap) is what the finals are there for.
+SCREEN_SHARE = 0.25
 
 
 def source_records(records: Iterable[tuple[TuningRecord, Mismatch | None]], *, kernel: str, dtype: str,
@@ -137,26 +145,28 @@ def fit_source(source: Source, here: Mapping[str, float]) -> RankingFit | None:
 
 
 def search_ranked(run: SearchRun, candidates: Sequence[Config], sources: Sequence[Source], seeded: list[Seed],
-                  candidate_set: str) -> None:
+                  candidate_set: str, finals: bool = False) -> None:
     """Search ``candidates`` from ``sources`` (module docstring); with no source that times one
     of them, measure them all (a config whose compile fails, found as it is reached, is free).
     ``candidate_set`` is the digest of every candidate
     (aot_tune.search.strategies.candidate_digest): a source whose own search chose among the
-    same ones has ruled out the candidates it left unmeasured, so they are not new here."""
+    same ones has ruled out the candidates it left unmeasured, so they are not new here.
+    ``finals``: the bench's finals follow, so every timing is a screening one."""
+    share = SCREEN_SHARE if finals else 1.0
     allowed = {c.id for c in candidates}
     rankers = [s for s in sources if s.distance == 0 and any(c.id in allowed for c, _ in s.times)]
     if not rankers:
-        run.measure_batch(candidates)
+        run.measure_batch(candidates, share)
         return
     timed = {c.id for s in rankers for c, _ in s.times}
     ruled_out = {c.id for s in rankers if s.candidates == candidate_set for c in candidates
                  if c.id not in s.measured and c.id not in timed}
     first = _first_batch(rankers, sources, [c for c in candidates if c.id not in ruled_out], seeded)
-    if not run.measure_batch(first):
+    if not run.measure_batch(first, share):
         return
     while True:
         contenders = _contenders(run, [c for c in candidates if c.id not in ruled_out], rankers)
-        if not contenders or not run.measure_batch(contenders[:BATCH]):
+        if not contenders or not run.measure_batch(contenders[:BATCH], share):
             return
 
 
@@ -206,11 +216,11 @@ def _ranking_checks(source: Source, allowed: set[str]) -> list[Config]:
 
 
 def _contenders(run: SearchRun, candidates: Sequence[Config], rankers: Sequence[Source]) -> list[Config]:
-    """The unmeasured configs that may still beat the best full time here, fastest predicted
-    first (those no source can predict yet last, in their sources' order). A config is ruled out
-    only when every source that times it predicts, even optimistically, a slower time."""
-    here = {cid: math.log(m.median_ms) for cid, m in run.latest.items()
-            if passed(m) and not m.short_rep_ms and m.median_ms > 0}
+    """The unmeasured configs that may still beat the best time here (the search's timings are
+    all of one length), fastest predicted first (those no source can predict yet last, in their
+    sources' order). A config is ruled out only when every source that times it predicts, even
+    optimistically, a slower time."""
+    here = {cid: math.log(m.median_ms) for cid, m in run.latest.items() if passed(m) and m.median_ms > 0}
     best = min(here.values(), default=math.inf)
     fits = [(frozenset(c.id for c, _ in s.times), fit_source(s, here)) for s in rankers]
     order: dict[str, int] = {}  # a config's best place in the sources' rankings

@@ -11,7 +11,9 @@ seconds less the timed phase it skips. A shape's first probe also pays what buil
 shape's inputs cost the exhaustive run (its largest round trip beyond the measured phases), as
 the first config of a shape does in a real run. The strategy's own compute is timed for real. Shapes are
 searched in the bench stage's order (anchors, then the shapes they seed), and each pick is
-judged by the exhaustive record: its full median over that of the exhaustive pick. A ``ranked``
+judged by the exhaustive record: its full median over that of the exhaustive pick. On a GPU's
+records the bench's finals are replayed too (``replay_finals``): the search's finalists get their
+recorded full timing, at its recorded seconds, and the pick is among them. A ``ranked``
 search ranks from the records of another device or toolchain, given beside the replayed ones
 (``foreign``), as the bench stage ranks from the cache's.
 
@@ -34,7 +36,7 @@ from aot_tune.manifest import SearchSettings
 from aot_tune.search import ranked
 from aot_tune.search.budget import known_verdicts
 from aot_tune.search.strategies import run_search, source_from_record, transfer_plan
-from aot_tune.select import choose
+from aot_tune.select import FINALS_SHARE, choose, finalists, finals_on
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
@@ -45,9 +47,10 @@ class ShapeResult:
     dtype: str
     pick: str
     ratio: float          # exhaustive median of the pick / exhaustive median of the exhaustive pick
-    seconds: float        # spent by the search (replayed measurements + its own compute), or timings
+    seconds: float        # spent by the search (replayed measurements + its own compute) and finals, or timings
     compute_seconds: float
     configs_measured: int
+    finals_seconds: float = 0.0  # of ``seconds``, the replayed finals'
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,10 @@ class SuiteResult:
     @property
     def seconds(self) -> float:
         return sum(s.seconds for s in self.shapes)
+
+    @property
+    def finals_seconds(self) -> float:
+        return sum(s.finals_seconds for s in self.shapes)
 
     @property
     def time_share(self) -> float:
@@ -150,19 +157,41 @@ def replay_shape(record: TuningRecord, settings: SearchSettings, sources: Sequen
         return answer
 
     shape = record_full_shape(record)
+    finals = finals_on(record.device.backend)
     result = run_search(settings, candidates, known_verdicts(invalid), measure,
-                        [source_from_record(s, shape) for s in sources], clock)
+                        [source_from_record(s, shape) for s in sources], clock, finals=finals)
+    measured = dict(result.measurements)
+    finals_seconds = replay_finals(measured, by_id, in_timings) if finals else 0.0
     searched = TuningRecord(kernel=record.kernel, dtype=record.dtype)
     set_record_shape(searched, record_shape(record))
     set_record_bench_dims(searched, record_bench_dims(record))
-    searched.measurements.extend(result.measurements[k] for k in sorted(result.measurements))
+    searched.measurements.extend(measured[k] for k in sorted(measured))
     pick = choose(searched.measurements)
     if pick is not None:
         searched.best.CopyFrom(pick.config)
     best = by_id[record.best.id].median_ms
     ratio = by_id[pick.config.id].median_ms / best if pick is not None else math.inf
-    return ShapeResult(shape, record.dtype, pick.config.id if pick else "", ratio, result.seconds,
-                       result.compute_seconds, result.configs_measured), searched
+    return ShapeResult(shape, record.dtype, pick.config.id if pick else "", ratio, result.seconds + finals_seconds,
+                       result.compute_seconds, result.configs_measured, finals_seconds), searched
+
+
+def replay_finals(measured: dict[str, Measurement], recorded: dict[str, Measurement], in_timings: bool) -> float:
+    """The bench's finals on a GPU, replayed: the search's finalists (aot_tune.select.finalists) get
+    their recorded full timing, as finalists, in ``measured``. Returns what that cost: their
+    recorded seconds times ``FINALS_SHARE`` (in timings, one each)."""
+    chosen = finalists(measured.values())
+    if len(chosen) < 2:
+        return 0.0
+    spent = 0.0
+    for m in chosen:
+        entry = Measurement()
+        entry.CopyFrom(recorded[m.config.id])
+        price = 1.0 if in_timings else entry.seconds * FINALS_SHARE
+        entry.seconds = m.seconds + price
+        entry.finalist = True
+        measured[m.config.id] = entry
+        spent += price
+    return spent
 
 
 def replay_suite(records: Sequence[TuningRecord], settings: SearchSettings, clock=time.perf_counter,

@@ -20,7 +20,8 @@ of the space within a per-shape budget:
   (pipelined on the device in the bench stage).
 * ``ranked`` (aot_tune.search.ranked): after an upgrade, the configs that ranked best in the
   cache's records of another device or toolchain first, until a model of this device's times
-  from theirs says the rest cannot win; the budget is optional.
+  from theirs says the rest cannot win; the budget is optional. On a GPU its timings are short
+  screening ones, and the bench's finals time the fastest in full.
 
 Budgets. ``{configs: N}`` caps the distinct configs measured (short or full; a config that
 failed to compile costs nothing and does not count, except in ``random``, whose draw is fixed
@@ -123,13 +124,15 @@ def covers(record: TuningRecord, configs: Sequence[Config]) -> bool:
 def run_search(settings: SearchSettings, candidates: Sequence[Config], verdicts: Verdicts | Mapping[str, str],
                measure: Measure, sources: Sequence[Source] = (),
                clock: Callable[[], float] = time.perf_counter,
-               measure_batch: MeasureBatch | None = None) -> SearchResult:
+               measure_batch: MeasureBatch | None = None, finals: bool = False) -> SearchResult:
     """Search one shape's candidates with a strategy other than exhaustive. ``verdicts`` gives
     the compile verdicts of the configs the search is about to measure (a mapping of the failed
     ones' ids to the reason, when all are known: consulted as lazily); ``sources`` are
     neighbouring shapes' results (for ``ranked``, the cache's records of other devices and
     toolchains). ``measure_batch``, if given, measures the configs a strategy chooses together
-    (the surrogate's batches) in one go; without it they are measured one by one with ``measure``."""
+    (the surrogate's batches) in one go; without it they are measured one by one with ``measure``.
+    ``finals``: the bench times the fastest configs again in full afterwards (aot_tune.select.finals_on),
+    so ``ranked`` screens."""
     if settings.exhaustive:
         raise ValueError("exhaustive is not a budgeted search; the bench stage measures every config")
     if isinstance(verdicts, Mapping):
@@ -145,7 +148,7 @@ def run_search(settings: SearchSettings, candidates: Sequence[Config], verdicts:
     elif settings.strategy == "surrogate":
         _surrogate(run, candidates, sources, seeded)
     elif settings.strategy == "ranked":
-        search_ranked(run, candidates, sources, seeded, candidate_digest(candidates))
+        search_ranked(run, candidates, sources, seeded, candidate_digest(candidates), finals)
     else:
         raise ValueError(f"unknown search strategy {settings.strategy!r}")
     # the candidates it never reached were never asked about: their compiles may never have run

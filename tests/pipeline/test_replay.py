@@ -15,10 +15,10 @@ import pytest
 from tunerun import REPO, subprocess_env
 
 from aot_tune import cache as cache_io
-from aot_tune.search import strategies as search
+from aot_tune.search import ranked, strategies as search
 from aot_tune.manifest import SearchSettings
-from aot_tune.search.replay import exhaustive_seconds, replay_shape, replay_suite, short_measurement
-from aot_tune.select import choose
+from aot_tune.search.replay import exhaustive_seconds, replay_finals, replay_shape, replay_suite, short_measurement
+from aot_tune.select import FINALS_MAX, choose, finalists
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
 
@@ -75,8 +75,30 @@ def test_a_budget_as_large_as_the_space_replays_the_exhaustive_picks():
         result = replay_suite(SUITE, SearchSettings(strategy, len(CONFIGS)), clock=lambda: 0.0)
         assert result.quality == 1.0 and result.worst == 1.0
         # the measurements' seconds exactly: the strategy's compute is priced by the clock, still here
-        assert result.seconds == pytest.approx(expected[strategy], rel=1e-6)
+        assert result.seconds - result.finals_seconds == pytest.approx(expected[strategy], rel=1e-6)
+        # on a GPU's records the finals follow: 2 or more finalists a shape, each timed in full again
+        finalists = [round(s.finals_seconds / 0.026) for s in result.shapes]
+        assert all(2 <= n <= FINALS_MAX for n in finalists), finalists
+        assert [s.finals_seconds for s in result.shapes] == pytest.approx([n * 0.026 for n in finalists])
     assert expected["surrogate"] < 0.5 * expected["random"]
+
+
+def test_the_finals_replayed_time_the_fastest_in_full_and_the_pick_is_among_them():
+    record = SUITE[3]
+    short = {m.config.id: short_measurement(m, 0.25, 20) for m in record.measurements}
+    measured = {cid: m for cid, m in list(short.items())[:20]}
+    recorded = {m.config.id: m for m in record.measurements}
+    spent = replay_finals(measured, recorded, in_timings=False)
+    final = [m for m in measured.values() if m.finalist]
+    assert sorted(m.config.id for m in final) == sorted(m.config.id for m in finalists(list(short.values())[:20]))
+    assert len(final) >= 2 and all(not m.short_rep_ms and m.runs == 60 for m in final)  # the full timing
+    assert spent == pytest.approx(0.026 * len(final))
+    assert all(m.seconds == pytest.approx(short[m.config.id].seconds + 0.026) for m in final)
+    assert choose(measured.values()).finalist
+    interpreter = exhaustive_record((1024,))
+    interpreter.device.backend = "interpreter"
+    outcome, searched = replay_shape(interpreter, SearchSettings("random", 12), clock=lambda: 0.0)
+    assert outcome.finals_seconds == 0 and not any(m.finalist for m in searched.measurements)
 
 
 @pytest.mark.parametrize("strategy", ["successive_halving", "surrogate"])
@@ -114,8 +136,9 @@ def test_budgeted_replays_cost_their_probes_and_short_timings_cost_less():
     random_ = replay_suite(SUITE, SearchSettings("random", 12))
     halving = replay_suite(SUITE, SearchSettings("successive_halving", 12))
     surrogate = replay_suite(SUITE, SearchSettings("surrogate", 12))
-    assert random_.time_share == pytest.approx(12 * len(SUITE) * 0.026 / total, rel=0.01)  # 2 of 12 drawn may be invalid
-    assert halving.time_share < random_.time_share
+    searching = {r: (r.seconds - r.finals_seconds) / total for r in (random_, halving)}  # the finals aside
+    assert searching[random_] == pytest.approx(12 * len(SUITE) * 0.026 / total, rel=0.01)  # 2 of 12 drawn may be invalid
+    assert searching[halving] < searching[random_]
     assert all(s.configs_measured == 12 for s in surrogate.shapes) and surrogate.quality < 1.1
     assert replay_suite(SUITE, SearchSettings("surrogate", 18)).quality == 1.0
 
@@ -206,9 +229,17 @@ def test_a_ranked_replay_ranks_from_another_devices_records():
     result = replay_suite(SUITE, SearchSettings("ranked"), foreign=foreign)
     assert result.quality == 1.0 and result.time_share < 0.4
     assert all(s.configs_measured < 20 for s in result.shapes)
-    alone = replay_suite(SUITE, SearchSettings("ranked"))  # no source: every config, as exhaustive
+    alone = replay_suite(SUITE, SearchSettings("ranked"), clock=lambda: 0.0)  # no source: all, screened, then finals
     assert alone.quality == 1.0 and all(s.configs_measured == len(CONFIGS) - 2 for s in alone.shapes)
-    assert alone.time_share == pytest.approx(1.0, rel=0.05)
+    screened = sum(short_measurement(m, ranked.SCREEN_SHARE, 20).seconds
+                   for r in SUITE for m in r.measurements if m.status == "ok")
+    assert alone.seconds - alone.finals_seconds == pytest.approx(screened)
+    assert screened < 0.6 * exhaustive_seconds(SUITE) and alone.finals_seconds > 0
+    interpreter = [TuningRecord() for _ in SUITE]  # no finals there: every config in full
+    for copy, record in zip(interpreter, SUITE):
+        copy.CopyFrom(record)
+        copy.device.backend = "interpreter"
+    assert replay_suite(interpreter, SearchSettings("ranked")).time_share == pytest.approx(1.0, rel=0.05)
 
 
 def test_a_replay_keeps_a_records_typed_key_and_bench_dims():

@@ -40,6 +40,13 @@ def test_the_finalists_are_the_fastest_full_timings_within_the_band_and_at_most_
     assert [m.config.id for m in finalists(few)] == [CONFIGS[1].id]
 
 
+def test_where_no_config_was_timed_in_full_the_finalists_are_the_longest_screening_timings():
+    """A ranked search screens on a GPU: its fastest short timings go to the finals, timed in full."""
+    screened = [entry(c, 1.0 + 0.05 * i, short_rep_ms=5.0) for i, c in enumerate(CONFIGS[:5])]
+    shorter = entry(CONFIGS[5], 0.5, short_rep_ms=2.0)  # a shorter rung never competes with a longer one
+    assert [m.config.id for m in finalists([*screened, shorter])] == [c.id for c in CONFIGS[:5]]
+
+
 def test_where_a_shape_had_finals_the_pick_is_among_them():
     """A config timed fast in a cool batch does not beat the finalists timed side by side later."""
     cool = entry(CONFIGS[0], 0.9)

@@ -14,6 +14,7 @@ from aot_tune.build.compile import CompileRecord, CompileResult
 from aot_tune.build.specialize import SpecializeResult, launch_key
 from aot_tune.manifest import SearchSettings, load_manifest
 from aot_tune.pipeline import forecast as model
+from aot_tune.search import ranked
 from aot_tune.search.strategies import search_plan
 from aot_tune.select import FINALS_SHARE
 from aot_tune.pipeline.plan import build_plan
@@ -131,6 +132,18 @@ def run(backend: str = "cuda", **seconds) -> RunRecord:
                      backend=backend, kernels=["vector_add"], stages={"compile": [5.0, 12.0], "bench": [6.0, 29.0]},
                      worker_seconds=seconds, compile={"ok": 10}, bench={"ok": 90, "invalid": 5},
                      baselines={"vendor ok": 10}, batches=20)
+
+
+def test_a_ranked_search_on_a_gpu_is_priced_as_screening_timings_then_the_finals(tmp_path):
+    """No source in the cache: every config, each for a quarter of rep_ms, then the finals in full."""
+    project = make_project(tmp_path, MANIFEST.replace("    dtypes: [float32]\n",
+                                                      "    dtypes: [float32]\n    search: {strategy: ranked}\n"))
+    plan, staleness = plan_of(project)
+    predicted = model.forecast(plan, staleness, compile_jobs=2)
+    screening = 1e-3 * ranked.SCREEN_SHARE * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
+    final = 1e-3 * FINALS_SHARE * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
+    task = 3 * screening + 3 * final + 2 * model.DEFAULT_BATCH_S["cuda"]
+    assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
 
 
 def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):

@@ -65,6 +65,20 @@ def test_a_source_that_ranks_perfectly_measures_few_and_picks_the_best():
     assert result.seeded_by[0].device == "h200" and result.seeded_by[0].triton == "3.6.0"
 
 
+def test_where_the_finals_follow_every_timing_is_a_screening_one_and_it_stops_as_soon():
+    """On a GPU the bench's finals time the fastest again in full: the search screens, and its
+    stopping rule compares its screening timings with one another."""
+    perfect = [source({k: 1.3 * v for k, v in HERE.items()})]
+    full, _ = search(perfect)
+    bench = Bench(HERE)
+    screened = run_search(RANKED, SPACE, {}, bench, perfect, clock=still_clock, finals=True)
+    assert {share for _, share in bench.calls} == {ranked.SCREEN_SHARE}
+    assert set(screened.measurements) == set(full.measurements) and picked(screened) == BEST
+    alone = Bench(HERE)  # no source: every config, screened
+    run_search(RANKED, SPACE, {}, alone, [], clock=still_clock, finals=True)
+    assert len(alone.calls) == len(SPACE) and {share for _, share in alone.calls} == {ranked.SCREEN_SHARE}
+
+
 def test_a_source_that_ranks_badly_keeps_it_measuring_until_the_rest_cannot_win():
     rng = random.Random(0)
     shuffled = dict(zip(HERE, rng.sample(sorted(HERE.values()), len(HERE))))
