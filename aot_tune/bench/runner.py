@@ -115,6 +115,12 @@ def workload_key(request: BenchRequest) -> tuple:
 INTERPRETER_DEVICE = DeviceModel(INTERPRETER, INTERPRETER, "Triton interpreter (CPU)", "cpu", 1)
 
 
+#: A lease's seconds (``DeviceLease.seconds``) that its batches waited for the device's worker to
+#: start: a cluster worker starts its device process (torch, CUDA) with the run, so its first batch
+#: may wait for it, on the worker, where the lease's ``ready`` cannot. Start-up, not device time held.
+STARTUP_WAITED = "waited for start-up"
+
+
 class DeviceLease(Protocol):
     """A device held by one bench task until its lease ends: the task's configs run there."""
 
@@ -124,7 +130,7 @@ class DeviceLease(Protocol):
     cache_misses: int
     #: Host seconds of the worker's batches for this lease ("batches") and of the set-up steps in
     #: them where the GPU idles ("inputs": input sets and reference outputs, "loads": kernel
-    #: loads); empty where the worker does not say (a cluster's).
+    #: loads); and ``STARTUP_WAITED``, where the lease's batches waited for its worker to start.
     seconds: Mapping[str, float]
 
     @property

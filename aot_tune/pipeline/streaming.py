@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
+from aot_tune.bench.runner import STARTUP_WAITED, BenchRequest, ConfigMeasurement
 from aot_tune.manifest import BenchSettings
 from aot_tune.tuning_schema import TuningRecord
 
@@ -188,8 +188,8 @@ class DeviceHold:
             return
         lease, stack = self._lease, self._stack
         self._lease = self._stack = None
-        if self._since:
-            self.held_s += time.perf_counter() - self._since
+        if self._since:  # less what its batches waited for the worker to start (a cluster's)
+            self.held_s += time.perf_counter() - self._since - lease.seconds.get(STARTUP_WAITED, 0.0)
         self._since = 0.0
         self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
         self.seconds.update(lease.seconds)

@@ -112,14 +112,18 @@ def bench_timing(stats: RunStats) -> str:
     CUDA start-up: in a full run they start while the compiles run; a cluster's were up before),
     its wall from the first batch with work for a device (before it, a cold run's benches wait for
     their first compiles), and where the device time the benches held went: on a cluster, "between
-    batches" is also each batch's trip through Dask."""
+    batches" is also each batch's trip through Dask, and the start-up of a worker's device process,
+    which its first batch may wait for, is not device time held."""
     first, last = stats.spans["bench"]
     started, ready = stats.devices_started_at, stats.devices_ready_at
     devices = stats.devices
     compiles = stats.seconds["waited for compiles"]
     batches = stats.spans.get("bench batches")
-    if ready is None:  # a cluster's workers were up before the run
-        start_up = " (a cluster's workers, up before the run)"
+    if ready is None:  # a cluster's workers were up before the run; their device processes start with it
+        waited = stats.seconds["device waited for start-up"]  # aot_tune.bench.runner.STARTUP_WAITED
+        start_up = (" (a cluster's workers, up before the run"
+                    + (f"; their first batches waited {waited:.1f}s in all for their device processes to start"
+                       if waited >= 0.05 else "") + ")")
     else:
         waited = max(0.0, min(ready, last) - first)
         start_up = (f", {last - first - waited:.1f}s of it after the device workers were up "

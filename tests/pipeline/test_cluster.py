@@ -284,6 +284,7 @@ def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_pat
     """The path a GPU batch takes, on an interpreter worker: the entries of its compiles are packed
     and compressed here, sent with the batch, and installed once into the worker's Triton cache."""
     from aot_tune.bench.dask.remote import RemoteBatch
+    from aot_tune.bench.runner import STARTUP_WAITED
 
     with planned_cluster(project, tmp_path, 1, compile_executors) as (devices, device, request, hashes):
         entries = devices.cache_entries([request(0)])
@@ -292,6 +293,9 @@ def test_a_batch_carries_its_triton_cache_entries_to_the_worker(project, tmp_pat
                                            (request(0),), entries, 600.0)) for i in range(2)]
     assert [r.entries_installed for r in results] == [len(hashes), 0]  # the second batch found them there
     assert all(r.measurements[0].status == "ok" and r.worker == "t-interpreter0" for r in results)
+    # nothing started the worker's device process before: the first batch waited for it, and says so
+    waited = [r.seconds[STARTUP_WAITED] for r in results]
+    assert waited[0] > 0.2 and waited[1] < 0.05, waited
 
 
 def test_a_bench_task_holds_one_worker_and_each_worker_is_sent_an_entry_once(project, tmp_path, compile_executors):

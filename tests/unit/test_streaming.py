@@ -225,6 +225,35 @@ def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
     assert hold.seconds == {"batches": 1.0}  # the device workers' seconds, added over both leases
 
 
+def test_a_hold_does_not_count_what_its_batches_waited_for_the_worker_to_start():
+    """A cluster worker starts its device process with the run; the lease says how long its first
+    batch waited for it (STARTUP_WAITED), and that is start-up, not device time held."""
+    import contextlib
+    import time
+    from types import SimpleNamespace
+
+    from aot_tune.bench.runner import STARTUP_WAITED
+    from aot_tune.pipeline.streaming import DeviceHold
+
+    class Devices:
+        @contextlib.contextmanager
+        def lease(self, device, upcoming=None):
+            lease = SimpleNamespace(cache_hits=0, cache_misses=0, seconds={}, ready=lambda: None)
+
+            def measure_all(requests, timeout_s):
+                time.sleep(0.3)  # 0.25 s of it the worker's start-up
+                lease.seconds = {"batches": 0.05, STARTUP_WAITED: 0.25}
+                return []
+            lease.measure_all = measure_all
+            yield lease
+
+    hold = DeviceHold(Devices(), "h100")
+    hold.measure_all([], 1.0)
+    hold.release()
+    assert 0.04 <= hold.held_s < 0.25  # 0.3 s and more without the start-up taken out
+    assert hold.seconds[STARTUP_WAITED] == 0.25
+
+
 def test_a_bench_waits_for_its_references_compile_without_a_device():
     """A shape whose reference launches one of its configs (a recorded entry's: the library's
     own) sends no batch before that config's compile landed: it lets the device go, runs the

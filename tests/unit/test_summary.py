@@ -37,6 +37,11 @@ def test_a_cluster_run_splits_its_device_time_too_without_a_start_up():
     assert line.startswith("bench stage: 30.0s on 4 device(s) (a cluster's workers, up before the run)")
     assert "start-up" not in line and "72% of the 25.0s" in line
     assert line.splitlines()[1].endswith("+ between batches 3.0s (7 batches)")
+    # their device processes start with the run: what the first batches waited for them is said
+    stats.seconds["device waited for start-up"] = 7.7
+    assert bench_timing(stats).startswith("bench stage: 30.0s on 4 device(s) (a cluster's workers, up before the "
+                                          "run; their first batches waited 7.7s in all for their device processes "
+                                          "to start)")
 
 
 def test_without_the_workers_split_only_the_share_is_given():

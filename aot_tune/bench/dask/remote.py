@@ -13,13 +13,14 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from aot_tune import triton_compat
 from aot_tune.bench.local.pool import DevicePool
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo
+from aot_tune.bench.runner import STARTUP_WAITED, BenchRequest, ConfigMeasurement, DeviceInfo
 from aot_tune.bench.local.detect import visible_gpus
 from aot_tune.bench.dask import declared_kinds
 from aot_tune.bench.dask.sources import SourceBundle, unpack
@@ -60,7 +61,7 @@ class BatchResult:
     cache_hits: int = 0
     cache_misses: int = 0
     entries_installed: int = 0
-    seconds: dict = field(default_factory=dict)  # the device worker's batch and set-up seconds
+    seconds: dict = field(default_factory=dict)  # the device worker's batch and set-up seconds, its start-up waited
 
 
 def describe(dask_worker) -> WorkerDescription:
@@ -142,6 +143,10 @@ def run_batch(batch: RemoteBatch) -> BatchResult:
         requests = [replace(request, root=str(root)) for request in batch.requests]
         ahead = replace(batch.ahead, root=str(root)) if batch.ahead is not None else None
         with pool.lease(ahead=ahead) as lease:
+            began = time.perf_counter()
+            lease.ready()  # the device process started with the run: its first batch may wait for it
+            waited = time.perf_counter() - began
             measurements = list(lease.measure_all(requests, batch.timeout_s))
+            seconds = {**lease.seconds, STARTUP_WAITED: waited}
             return BatchResult(str(dask_worker.name), lease.info, measurements, lease.cache_hits,
-                               lease.cache_misses, installed, dict(lease.seconds))
+                               lease.cache_misses, installed, seconds)
