@@ -47,6 +47,10 @@ def test_slices_merge_and_a_budgeted_run_is_judged_against_them(tmp_path):
 
     judged = run("judge", "--oracle", *map(str, slices), "--run", str(out / "budgeted-s2.json")).stdout
     assert "same pick on" in judged and "of 8" not in judged and "/8" in judged
+    # each differing pick timed again side by side with the oracle's (the interpreter here)
+    retimed = run("judge", "--oracle", *map(str, slices), "--run", str(out / "budgeted-s2.json"),
+                  "--retime", str(tmp_path / "run"), "--backend", "interpreter").stdout
+    assert "re-timed side by side (" in retimed and "pairs): geomean" in retimed, retimed
 
     report = run("report", "--oracle", *map(str, slices), "--real", str(out / "budgeted-s2.json"),
                  "--budgets", "1", "2", "--seeds", "2", "--jobs", "1", "--out", str(out / "report"))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from aot_tune.cache import config_from_proto, read_record, record_full_shape
 from aot_tune.space import Config
+from aot_tune.tuning_schema import TuningRecord
 
 
 def compare(exhaustive: Path, retuned: Path) -> dict:
@@ -57,6 +58,21 @@ def retime(exhaustive: Path, retuned: Path, project: Path, backend: str = "cuda"
     """Per kernel and in total: each shape's retuned pick over the exhaustive pick, both timed
     again side by side in one interleaved batch (``final_rounds``) on one device of ``backend``
     (equal picks count 1.0): geomean, worst, and how many pairs were timed."""
+    pairs = []
+    for path in sorted(retuned.glob("*/*.pb")):
+        twin = exhaustive / path.parent.name / path.name
+        if twin.exists():
+            pairs.append((read_record(path), read_record(twin)))
+    return retime_picks(pairs, project, backend, timeout_s)
+
+
+def retime_picks(pairs: list[tuple[TuningRecord, TuningRecord]], project: Path, backend: str = "cuda",
+                 timeout_s: float = 120.0) -> dict[str, dict]:
+    """Per kernel and in total, over (record, reference record) pairs of one shape: the record's
+    pick over the reference's, both timed again side by side in one interleaved batch
+    (``final_rounds``) on one device of ``backend``, with ``project``'s manifest (equal picks
+    count 1.0; a pick the project never compiled is compiled by Triton on its first launch):
+    geomean, worst, and how many pairs were timed."""
     from dataclasses import replace
 
     from aot_tune.bench.local.pool import DevicePool
@@ -65,29 +81,25 @@ def retime(exhaustive: Path, retuned: Path, project: Path, backend: str = "cuda"
     from aot_tune.select import FINALS_ROUNDS
 
     manifest = load_manifest(project / "tuning.yaml")
-    pairs, ratios = [], {}
-    for path in sorted(retuned.glob("*/*.pb")):
-        twin = exhaustive / path.parent.name / path.name
-        if not twin.exists():
-            continue
-        ours, full = read_record(path), read_record(twin)
-        if not ours.best.id or not full.best.id:
+    timed_pairs, ratios = [], {}
+    for ours, reference in pairs:
+        if not ours.best.id or not reference.best.id:
             continue
         ratios.setdefault(ours.kernel, [])
-        if ours.best.id == full.best.id:
+        if ours.best.id == reference.best.id:
             ratios[ours.kernel].append(0.0)
             continue
         spec, shape = manifest.kernel(ours.kernel), record_full_shape(ours)
-        picks = [Config.from_dict(config_from_proto(best)) for best in (ours.best, full.best)]
+        picks = [Config.from_dict(config_from_proto(best)) for best in (ours.best, reference.best)]
         requests = [replace(bench_request(spec, manifest.root, shape, ours.dtype, config, spec.bench),
                             final_rounds=FINALS_ROUNDS) for config in picks]
-        pairs.append((ours.kernel, requests))
+        timed_pairs.append((ours.kernel, requests))
     timed = {kernel: 0 for kernel in ratios}
-    if pairs:
+    if timed_pairs:
         pool = DevicePool(backend, 1, str(project / ".aot_tune" / "triton-cache"))
         try:
             with pool.lease() as lease:
-                for kernel, requests in pairs:
+                for kernel, requests in timed_pairs:
                     results = {r.config_id: r for r in lease.measure_all(requests, timeout_s)}
                     ours, full = (results.get(r.config_id) for r in requests)
                     if ours is None or full is None or not (ours.ok and full.ok):

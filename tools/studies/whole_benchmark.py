@@ -11,7 +11,8 @@ A budgeted run is judged against the oracle, and every strategy is replayed over
     python3 -m tools.studies.whole_benchmark merge --out OUT OUT/oracle-m256-512.tuning.pb ...
     python3 -m tools.studies.whole_benchmark budgeted --search '{strategy: surrogate, budget: {configs: 40}}' \\
         --project /tmp/wb/run --out OUT
-    python3 -m tools.studies.whole_benchmark judge --oracle OUT/oracle-*.tuning.pb --run OUT/budgeted-*.json
+    python3 -m tools.studies.whole_benchmark judge --oracle OUT/oracle-*.tuning.pb --run OUT/budgeted-*.json \\
+        [--retime /tmp/wb/run]
     python3 -m tools.studies.whole_benchmark report --oracle OUT/oracle-*.tuning.pb --real OUT/budgeted-*.json \\
         --out report
 
@@ -22,7 +23,10 @@ gemm-paper-h200.tuning.pb.xz are the H100 and H200 hosts' (docs/bench-log.md), w
 and ``report`` take as ``--oracle`` directly.
 ``budgeted`` runs ``doit tune --dry-run`` and then ``doit tune`` in a fresh project (no caches,
 no Triton cache: compiles included) and writes its records and numbers beside the oracle's.
-``report`` replays random sampling, successive halving and the surrogate over the oracle at
+``--retime`` (``budgeted --oracle ... --retime``, or ``judge --retime PROJECT``) also times each pick
+that differs from the oracle's side by side with it, interleaved as the finals are: the oracle's
+medians come from other batches and another day, and judge a pick by the drift it met. It then
+judges the quality target. ``report`` replays random sampling, successive halving and the surrogate over the oracle at
 each budget, and plots budget against quality with the real runs as stars (tools.studies.pareto).
 """
 from __future__ import annotations
@@ -177,7 +181,9 @@ def budgeted(args) -> int:
     (args.out / f"budgeted-{label}.json").write_text(json.dumps(out, indent=1))
     print(f"  {wall:.1f} s wall (predicted {predicted} s); wrote {args.out}/budgeted-{label}.json", flush=True)
     if args.oracle:
-        print(judge_line(judged(read_oracle(args.oracle), records, out)))
+        oracle_records = read_oracle(args.oracle)
+        retimed = retimed_picks(oracle_records, records, project, backend) if args.retime else None
+        print(judge_line(judged(oracle_records, records, out, retimed)))
     return 0
 
 
@@ -188,8 +194,23 @@ def _predicted(text: str) -> float | None:
 
 # ----------------------------------------------------------------------------- judging and the report
 
-def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run: dict) -> dict:
-    """A run's picks timed by the oracle's medians; its search seconds over the oracle's bench seconds."""
+def retimed_picks(oracle_records: list[TuningRecord], records: list[TuningRecord], project: Path,
+                  backend: str = "cuda") -> dict:
+    """The run's picks against the oracle's, each differing pair timed again side by side on this
+    machine's first device (tools.studies.retune_compare.retime_picks): the oracle's medians come
+    from other batches, other days, and a GPU's clocks drift between batches by more than 1%."""
+    from tools.studies.retune_compare import retime_picks
+
+    truth = {(r.dtype, tuple(r.shape)): r for r in oracle_records}
+    pairs = [(r, truth[(r.dtype, tuple(r.shape))]) for r in records if (r.dtype, tuple(r.shape)) in truth]
+    return retime_picks(pairs, project, backend)["all"]
+
+
+def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run: dict,
+           retimed: dict | None = None) -> dict:
+    """A run's picks timed by the oracle's medians, and re-timed side by side where ``retimed``
+    (``retimed_picks``) is given, which then judges the quality target; its search seconds over
+    the oracle's bench seconds."""
     truth = {(r.dtype, tuple(r.shape)): r for r in oracle_records}
     ratios, seconds, measured = [], 0.0, 0
     records = [r for r in records if (r.dtype, tuple(r.shape)) in truth]  # an oracle slice judges its shapes
@@ -203,11 +224,12 @@ def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run:
     share = seconds / total
     predicted = run.get("predicted_s")
     quality = geomean(ratios)
-    return {**run, "shapes": len(records), "quality": quality, "worst_shape": max(ratios),
+    judged_quality = retimed["retimed_geomean"] if retimed and retimed["retimed_geomean"] is not None else quality
+    return {**run, "shapes": len(records), "quality": quality, "worst_shape": max(ratios), "retimed": retimed,
             "same_pick": sum(r == 1.0 for r in ratios), "time_share": share, "search_seconds": seconds,
             "exhaustive_seconds": total, "configs_measured": measured,
             "dry_run_error": None if not predicted else predicted / run["wall_s"] - 1,
-            "met": {"share": share <= TARGET_SHARE, "quality": quality <= TARGET_QUALITY,
+            "met": {"share": share <= TARGET_SHARE, "quality": judged_quality <= TARGET_QUALITY,
                     "wall": run["wall_s"] <= TARGET_WALL_S,
                     "dry_run": bool(predicted) and abs(predicted / run["wall_s"] - 1) <= 0.25}}
 
@@ -217,7 +239,10 @@ def judge_line(j: dict) -> str:
     return (f"{j['label']}: {j['wall_s']:.1f} s wall, {dry}; {j['configs_measured']} measurements, "
             f"{j['time_share']:.1%} of the oracle's {j['exhaustive_seconds']:.1f} bench s; geomean pick / oracle pick "
             f"{j['quality']:.4f}, worst {j['worst_shape']:.3f}, same pick on {j['same_pick']}/{j['shapes']}; "
-            f"targets: " + ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in j["met"].items()))
+            + (f"re-timed side by side ({j['retimed']['retimed_pairs']} pairs): geomean "
+               f"{j['retimed']['retimed_geomean']:.4f}, worst {j['retimed']['retimed_worst']:.3f}; "
+               if j.get("retimed") and j["retimed"]["retimed_geomean"] is not None else "")
+            + "targets: " + ", ".join(f"{k} {'met' if v else 'missed'}" for k, v in j["met"].items()))
 
 
 def judge(args) -> int:
@@ -225,7 +250,8 @@ def judge(args) -> int:
     for path in args.run:
         run = json.loads(path.read_text())
         records = list(cache_io.read_cache(path.with_suffix(".tuning.pb")).records)
-        print(judge_line(judged(oracle_records, records, run)))
+        retimed = retimed_picks(oracle_records, records, args.retime, args.backend) if args.retime else None
+        print(judge_line(judged(oracle_records, records, run, retimed)))
     return 0
 
 
@@ -270,9 +296,15 @@ def main() -> int:
     three.add_argument("--label")
     three.add_argument("--project", type=Path, required=True)
     three.add_argument("--oracle", type=Path, nargs="*", help="oracle slices to judge the run by")
+    three.add_argument("--retime", action="store_true",
+                       help="also time each pick that differs from the oracle's side by side with it, on this machine")
     four = sub.add_parser("judge", help="budgeted runs against the oracle")
     four.add_argument("--oracle", type=Path, nargs="+", required=True)
     four.add_argument("--run", type=Path, nargs="+", required=True, help="budgeted-*.json")
+    four.add_argument("--retime", type=Path, metavar="PROJECT",
+                      help="also time each pick that differs from the oracle's side by side with it, on this "
+                           "machine's first device (PROJECT: the run's project, for its tuning.yaml)")
+    four.add_argument("--backend", default="cuda", choices=["cuda", "interpreter"], help="the device --retime uses")
     five = sub.add_parser("report", help="replays over the oracle, with the real runs: table and plot")
     five.add_argument("--oracle", type=Path, nargs="+", required=True)
     five.add_argument("--real", type=Path, nargs="*")
