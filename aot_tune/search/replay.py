@@ -92,6 +92,12 @@ def exhaustive_seconds(records: Sequence[TuningRecord]) -> float:
     return sum(m.seconds for r in records for m in r.measurements)
 
 
+def spent_seconds(record: TuningRecord) -> float:
+    """What a real run's record of a shape cost, as a replay prices it: its measurements' seconds
+    (on a GPU a finalist's entry holds its finals' too) and its search's own compute."""
+    return sum(m.seconds for m in record.measurements) + record.search.compute_seconds
+
+
 def priced_in_seconds(records: Sequence[TuningRecord]) -> bool:
     """Whether the records carry measurement seconds (bench outputs do; merged caches from
     before per-measurement seconds do not, and are priced in timings)."""

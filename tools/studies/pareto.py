@@ -44,7 +44,7 @@ from pathlib import Path
 
 from aot_tune import cache as cache_io
 from aot_tune.manifest import SearchSettings, load_manifest
-from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite
+from aot_tune.search.replay import exhaustive_seconds, geomean, priced_in_seconds, replay_suite, spent_seconds
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 from tools.studies.doit_runs import run_doit
 
@@ -264,7 +264,7 @@ def validate(base: Path, scratch: Path, spec, shapes, dtype, targets, backend, l
         full = {m.config.id: m.median_ms for m in truth[(record.dtype, tuple(record.shape))].measurements}
         reference = truth[(record.dtype, tuple(record.shape))]
         ratios.append(full[record.best.id] / full[reference.best.id])
-        seconds += record.search.seconds
+        seconds += spent_seconds(record)  # as the replay prices it, the finals' included
         same += replay_picks.get((record.dtype, tuple(record.shape))) == record.best.id
     total = exhaustive_seconds(exhaustive)
     return {"label": label, "budget": budget, "seed": 0, "wall_s": wall,

@@ -46,7 +46,7 @@ import yaml
 
 from aot_tune import cache as cache_io
 from aot_tune.manifest import load_manifest
-from aot_tune.search.replay import exhaustive_seconds, geomean
+from aot_tune.search.replay import exhaustive_seconds, geomean, spent_seconds
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 from tools.studies import pareto
 from tools.studies.doit_runs import run_doit
@@ -55,8 +55,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SIZES = (256, 512, 1024, 4096)
 KERNEL = "gemm"
 DTYPE = "float16"
-#: the issue's targets: at most this share of the exhaustive bench time, within this geomean
-TARGET_SHARE, TARGET_QUALITY, TARGET_WALL_S = 0.10, 1.01, 300.0
+#: issue #40's targets: at most this share of the exhaustive bench time, within this geomean
+TARGET_SHARE, TARGET_QUALITY, TARGET_WALL_S = 0.12, 1.01, 300.0
 
 
 def shapes_for(ms: list[int], sizes=SIZES) -> list[tuple[int, int, int]]:
@@ -209,8 +209,8 @@ def retimed_picks(oracle_records: list[TuningRecord], records: list[TuningRecord
 def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run: dict,
            retimed: dict | None = None) -> dict:
     """A run's picks timed by the oracle's medians, and re-timed side by side where ``retimed``
-    (``retimed_picks``) is given, which then judges the quality target; its search seconds over
-    the oracle's bench seconds."""
+    (``retimed_picks``) is given, which then judges the quality target; its seconds (its
+    measurements', the finals' included, and the strategy's compute) over the oracle's bench seconds."""
     truth = {(r.dtype, tuple(r.shape)): r for r in oracle_records}
     ratios, seconds, measured = [], 0.0, 0
     records = [r for r in records if (r.dtype, tuple(r.shape)) in truth]  # an oracle slice judges its shapes
@@ -218,7 +218,7 @@ def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run:
         reference = truth[(record.dtype, tuple(record.shape))]
         medians = {m.config.id: m.median_ms for m in reference.measurements if m.status == "ok"}
         ratios.append(medians[record.best.id] / medians[reference.best.id])
-        seconds += record.search.seconds if record.HasField("search") else sum(m.seconds for m in record.measurements)
+        seconds += spent_seconds(record)  # the finals' included
         measured += sum(m.status != "invalid" for m in record.measurements)
     total = exhaustive_seconds(oracle_records)
     share = seconds / total
