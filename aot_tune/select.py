@@ -13,9 +13,9 @@ configs timed minutes apart meet different clocks and heat, and the pick is amon
 
 Failed configs are never chosen, and only like is compared with like: a short screening
 measurement (successive halving's early rungs, ``short_rep_ms`` set) never competes with a full
-one. The pick is among the full measurements, else among the longest short ones: a search whose
+one. The pick is among the full measurements, else among the longest short ones (a search whose
 seconds budget ran out before any config was timed in full, or a ranked search's screening on a
-GPU, whose fastest the finals then time in full.
+GPU); on a GPU the finals then time the fastest of them in full.
 """
 from __future__ import annotations
 
