@@ -30,16 +30,12 @@ def compare(exhaustive: Path, retuned: Path) -> dict:
     """Per kernel and in total: shapes, configs measured (retuned, exhaustive), bench seconds of
     each, and the retuned picks' medians over the exhaustive picks' (geomean, worst)."""
     kernels: dict[str, dict] = {}
-    for path in sorted(retuned.glob("*/*.pb")):
-        twin = exhaustive / path.parent.name / path.name
-        if not twin.exists():
-            continue
-        ours, full = read_record(path), read_record(twin)
+    for ours, full in twins(exhaustive, retuned):
         medians = {m.config.id: m.median_ms for m in full.measurements if m.status == "ok" and m.median_ms > 0}
         if ours.best.id not in medians or not medians:
             continue
-        row = kernels.setdefault(path.parent.name, {"shapes": 0, "measured": 0, "candidates": 0, "seconds": 0.0,
-                                                    "exhaustive_seconds": 0.0, "log_ratios": []})
+        row = kernels.setdefault(ours.kernel, {"shapes": 0, "measured": 0, "candidates": 0, "seconds": 0.0,
+                                               "exhaustive_seconds": 0.0, "log_ratios": []})
         row["shapes"] += 1
         row["measured"] += sum(1 for m in ours.measurements if m.status != "invalid")
         row["candidates"] += sum(1 for m in full.measurements if m.status != "invalid")
@@ -58,12 +54,14 @@ def retime(exhaustive: Path, retuned: Path, project: Path, backend: str = "cuda"
     """Per kernel and in total: each shape's retuned pick over the exhaustive pick, both timed
     again side by side in one interleaved batch (``final_rounds``) on one device of ``backend``
     (equal picks count 1.0): geomean, worst, and how many pairs were timed."""
-    pairs = []
-    for path in sorted(retuned.glob("*/*.pb")):
-        twin = exhaustive / path.parent.name / path.name
-        if twin.exists():
-            pairs.append((read_record(path), read_record(twin)))
-    return retime_picks(pairs, project, backend, timeout_s)
+    return retime_picks(twins(exhaustive, retuned), project, backend, timeout_s)
+
+
+def twins(exhaustive: Path, retuned: Path) -> list[tuple[TuningRecord, TuningRecord]]:
+    """Each retuned record with the exhaustive run's record of the same kernel and shape (the same
+    file under each run's folder); a shape the exhaustive run lacks is left out."""
+    return [(read_record(path), read_record(exhaustive / path.parent.name / path.name))
+            for path in sorted(retuned.glob("*/*.pb")) if (exhaustive / path.parent.name / path.name).exists()]
 
 
 def retime_picks(pairs: list[tuple[TuningRecord, TuningRecord]], project: Path, backend: str = "cuda",

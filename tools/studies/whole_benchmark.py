@@ -201,9 +201,14 @@ def retimed_picks(oracle_records: list[TuningRecord], records: list[TuningRecord
     from other batches, other days, and a GPU's clocks drift between batches by more than 1%."""
     from tools.studies.retune_compare import retime_picks
 
+    return retime_picks(with_oracle(oracle_records, records), project, backend)["all"]
+
+
+def with_oracle(oracle_records: list[TuningRecord], records: list[TuningRecord]) -> list[tuple[TuningRecord, TuningRecord]]:
+    """Each run record with the oracle's record of its shape and dtype; a shape the oracle lacks is
+    left out (an oracle slice judges its own shapes)."""
     truth = {(r.dtype, tuple(r.shape)): r for r in oracle_records}
-    pairs = [(r, truth[(r.dtype, tuple(r.shape))]) for r in records if (r.dtype, tuple(r.shape)) in truth]
-    return retime_picks(pairs, project, backend)["all"]
+    return [(r, truth[(r.dtype, tuple(r.shape))]) for r in records if (r.dtype, tuple(r.shape)) in truth]
 
 
 def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run: dict,
@@ -211,11 +216,9 @@ def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run:
     """A run's picks timed by the oracle's medians, and re-timed side by side where ``retimed``
     (``retimed_picks``) is given, which then judges the quality target; its seconds (its
     measurements', the finals' included, and the strategy's compute) over the oracle's bench seconds."""
-    truth = {(r.dtype, tuple(r.shape)): r for r in oracle_records}
+    pairs = with_oracle(oracle_records, records)
     ratios, seconds, measured = [], 0.0, 0
-    records = [r for r in records if (r.dtype, tuple(r.shape)) in truth]  # an oracle slice judges its shapes
-    for record in records:
-        reference = truth[(record.dtype, tuple(record.shape))]
+    for record, reference in pairs:
         medians = {m.config.id: m.median_ms for m in reference.measurements if m.status == "ok"}
         ratios.append(medians[record.best.id] / medians[reference.best.id])
         seconds += spent_seconds(record)  # the finals' included
@@ -225,7 +228,7 @@ def judged(oracle_records: list[TuningRecord], records: list[TuningRecord], run:
     predicted = run.get("predicted_s")
     quality = geomean(ratios)
     judged_quality = retimed["retimed_geomean"] if retimed and retimed["retimed_geomean"] is not None else quality
-    return {**run, "shapes": len(records), "quality": quality, "worst_shape": max(ratios), "retimed": retimed,
+    return {**run, "shapes": len(pairs), "quality": quality, "worst_shape": max(ratios), "retimed": retimed,
             "same_pick": sum(r == 1.0 for r in ratios), "time_share": share, "search_seconds": seconds,
             "exhaustive_seconds": total, "configs_measured": measured,
             "dry_run_error": None if not predicted else predicted / run["wall_s"] - 1,
