@@ -8,7 +8,8 @@ Copies TEMPLATE (a folder holding a tuning.yaml and the modules it names) into a
 (no .aot_tune/, no caches), runs ``python -m aot_tune tune --dry-run``, then the real run with
 the same arguments, timestamping each line it prints. ``--path`` puts a folder on PYTHONPATH
 (an unpacked library); ``--history`` sets AOT_TUNE_HISTORY (the machine's history: a file, or
-off), else the environment's is used. Prints the prediction, the wall time and their ratio, and
+off), else the environment's is used; ``--log FILE`` keeps the run's lines, each with its second
+(the run summary's split of the device time is there). Prints the prediction, the wall time and their ratio, and
 for each progress line, the run's estimate against the seconds that were left; the last line is
 the largest error of those from ``--from`` of the work done on (0.2: the tasks the lines count
 done, of the compiles and bench tasks the dry run counted).
@@ -45,6 +46,7 @@ def main() -> int:
     parser.add_argument("--history", help="AOT_TUNE_HISTORY for both runs (a file, or off)")
     parser.add_argument("--backend", default="interpreter")
     parser.add_argument("--project", type=Path, help="where to copy the template (default: a fresh temp folder)")
+    parser.add_argument("--log", type=Path, help="write the run's lines here, each with its second")
     parser.add_argument("--from", dest="share", type=float, default=0.2, help="the share of the work done")
     args = parser.parse_intermixed_args()
     project = args.project or Path(tempfile.mkdtemp(prefix="forecast-check-"))
@@ -71,6 +73,8 @@ def main() -> int:
         for line in child.stderr:
             lines.append((time.monotonic() - began, line.rstrip()))
     wall = time.monotonic() - began
+    if args.log is not None:
+        args.log.write_text("".join(f"{at:7.2f} {text}\n" for at, text in lines) + f"{wall:7.2f} (exit {child.returncode})\n")
     if child.returncode != 0:
         sys.exit(f"the run failed ({child.returncode}):\n" + "\n".join(text for _, text in lines[-30:]))
     print(f"{project}: {last}")
