@@ -176,3 +176,21 @@ def test_the_interpreter_pass_builds_the_next_shape_after_its_first_config():
     assert [s for s, _ in statuses] == ["ok"] * 3
     assert [c for _, c in statuses] == [0, 1, 1]  # once, after the first config
     assert seconds["prepared"] > 0
+
+
+def test_input_sets_are_drawn_from_the_keys_seeds_as_torch_manual_seed_would_give_them():
+    """Each input set comes from the generators seeded with the key's seed plus its index, the
+    same tensors ``torch.manual_seed`` gave (records made before stay comparable), built the same
+    in every workload of the key and different from one set to the next."""
+    import torch
+
+    from aot_tune.bench.engine.workload import Workload
+
+    first, again = Workload(request(64), "cpu"), Workload(request(64), "cpu")
+    sets = [first.inputs(i) for i in range(3)]
+    for index, built in enumerate(sets):
+        torch.manual_seed(first._seed + index)
+        expected = (torch.randn(64), torch.randn(64))
+        assert all(torch.equal(a, b) for a, b in zip(built, expected))
+        assert all(torch.equal(a, b) for a, b in zip(built, again.inputs(index)))
+    assert not torch.equal(sets[0][0], sets[1][0])
