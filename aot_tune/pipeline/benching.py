@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Iterable
 
@@ -52,7 +53,8 @@ class Benches:
         previous = self.staleness.previous_record(kp, unit)
         search_info = None
         start, began = time.perf_counter(), time.time()
-        hold = DeviceHold(self.executors.devices, device)  # a local GPU, or a cluster's GPU of this model
+        # a local GPU, or a cluster's GPU of this model; the progress estimate hears its device time
+        hold = DeviceHold(self.executors.devices, device, partial(stats.progress["bench"].spent, unit.name))
         planned = {c.id for c in unit.configs}
         wanted = self.staleness.baselines_to_measure(kp, unit)
         make_request = lambda config: self.request(kp, unit, config, kp.spec.bench, device)  # noqa: E731

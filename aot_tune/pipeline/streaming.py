@@ -147,10 +147,12 @@ class DeviceHold:
     """A bench task's hold on a device of its model, taken when it has configs to measure and let
     go while it waits for compiles, so that a bench whose configs have landed measures meanwhile.
     Counts the Triton cache hits of its leases and the seconds it held a device (after the
-    device's worker was up): the device time the bench stage's share of timed launches is of."""
+    device's worker was up): the device time the bench stage's share of timed launches is of.
+    ``on_batch`` hears, after each batch, the device seconds held so far (the progress estimate's
+    measure of how far a running bench task has come)."""
 
-    def __init__(self, devices, device) -> None:
-        self._devices, self._device = devices, device
+    def __init__(self, devices, device, on_batch: Callable[[float], None] | None = None) -> None:
+        self._devices, self._device, self._on_batch = devices, device, on_batch
         self._stack: contextlib.ExitStack | None = None
         self._lease = None
         self._since = 0.0
@@ -176,7 +178,16 @@ class DeviceHold:
     def measure_all(self, requests, timeout_s: float) -> list:
         """One batch on the device, taken now if not held (its results, all read)."""
         self.batches += 1
-        return list(self.lease().measure_all(requests, timeout_s))
+        measured = list(self.lease().measure_all(requests, timeout_s))
+        if self._on_batch is not None:
+            self._on_batch(self.held_now())
+        return measured
+
+    def held_now(self) -> float:
+        """The device seconds held so far, the current lease's included."""
+        if self._lease is None or not self._since:
+            return self.held_s
+        return self.held_s + time.perf_counter() - self._since - self._lease.seconds.get(STARTUP_WAITED, 0.0)
 
     def counts(self) -> tuple[int, int]:
         """Triton cache hits and misses of every lease so far, the held one included."""
@@ -186,10 +197,9 @@ class DeviceHold:
     def release(self) -> None:
         if self._lease is None:
             return
+        self.held_s = self.held_now()  # less what its batches waited for the worker to start (a cluster's)
         lease, stack = self._lease, self._stack
         self._lease = self._stack = None
-        if self._since:  # less what its batches waited for the worker to start (a cluster's)
-            self.held_s += time.perf_counter() - self._since - lease.seconds.get(STARTUP_WAITED, 0.0)
         self._since = 0.0
         self.cache_hits, self.cache_misses = self.cache_hits + lease.cache_hits, self.cache_misses + lease.cache_misses
         self.seconds.update(lease.seconds)

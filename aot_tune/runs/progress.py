@@ -9,8 +9,11 @@ its finished tasks took against their prediction, the kernel's own where any fin
 warms Triton up and a device's first bench loads its kernels and builds Triton's launchers): a
 bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
 compiles twice as slow as predicted reads so after its first compiles. A task that has started
-(``start``) counts only what is left of its prediction, at least ``RUNNING_FLOOR`` of it: the
-last slow compile of a stage, 8 s into its predicted 8 s, leaves about nothing, not 8 s. Without
+counts only what is left of its prediction, at least ``RUNNING_FLOOR`` of it: the last slow
+compile of a stage, 8 s into its predicted 8 s, leaves about nothing, not 8 s. How far it has
+come is its wall time since ``start`` (a compile), or the seconds of its own it reported last
+(``spent``: a bench task's device time held, since streaming benches wait for compiles without a
+device, most of them at once, and a task's wall time says nothing of its measurements). Without
 a prediction it is elapsed / done x left.
 
 The run's estimate (``RunClock``) follows the stages as they overlap: while compiles are left,
@@ -50,6 +53,7 @@ class Progress:
         self._lanes = max(1, lanes)
         self._took: dict[str, float] = {}  # finished tasks with a prediction -> their seconds, in order
         self._started: dict[str, float] = {}  # running tasks -> when they started (time.monotonic())
+        self._spent: dict[str, float] = {}  # running tasks -> the seconds of their own they reported so far
         self.run = run
         if run is not None:
             run.stages[stage] = self
@@ -59,12 +63,18 @@ class Progress:
         with self._lock:
             self._started[task] = time.monotonic()
 
+    def spent(self, task: str, seconds: float) -> None:
+        """``task`` runs and has spent ``seconds`` of its own so far (a bench: its device time held)."""
+        with self._lock:
+            self._spent[task] = seconds
+
     def advance(self, note: str = "", task: str = "", seconds: float | None = None) -> None:
         """One task done; ``task`` and the ``seconds`` it took (its own, not its waits) tell the estimate."""
         with self._lock:
             self.done += 1
             self.total = max(self.total, self.done)  # a task the up-front count did not foresee
             self._started.pop(task, None)
+            self._spent.pop(task, None)
             if task in self._expected and seconds is not None:
                 self._took[task] = seconds
             now = time.monotonic()
@@ -116,9 +126,9 @@ class Progress:
         if not self._expected or not left:
             return elapsed / max(self.done, 1) * (self.total - self.done)
         scales = {group: self.scale(group) for group in {_group(task) for task, _ in left}}
-        started, now = self._started.copy(), time.monotonic()
-        seconds = [_still(s * scales[_group(task)], now - started[task] if task in started else 0.0)
-                   for task, s in left]
+        started, spent, now = self._started.copy(), self._spent.copy(), time.monotonic()
+        ran = {task: spent[task] if task in spent else now - started[task] for task in {*started, *spent}}
+        seconds = [_still(s * scales[_group(task)], ran.get(task, 0.0)) for task, s in left]
         return max(sum(seconds) / self._lanes, max(seconds))
 
 

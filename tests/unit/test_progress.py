@@ -222,3 +222,20 @@ def test_a_running_task_counts_only_what_is_left_of_its_prediction(clock) -> Non
     assert p.left_s(10.0) == pytest.approx(0.8)  # 10 s into 8: not about to end
     p.advance(task="slow", seconds=10.0)
     assert p.finished and not p._started
+
+
+def test_a_bench_task_counts_what_is_left_of_its_prediction_by_the_device_time_it_held(clock) -> None:
+    """Streaming benches wait for compiles without a device, most of them at once: a bench task's
+    progress is the device time it reported (``spent``), not its wall time. Four tasks of 10 s
+    that measured 6 s each while compiles ran leave 16 s, not 40 s, once the compiles are done."""
+    benches = Progress("bench", 4, stream=io.StringIO(), expected={n: 10.0 for n in "abcd"}, lanes=1)
+    for task in "abcd":
+        benches.start(task)  # started long ago, waiting on compiles: the wall time says nothing
+    clock.now += 100.0
+    for task in "abcd":
+        benches.spent(task, 6.0)
+    assert benches.left_s(100.0) == pytest.approx(4 * 4.0)
+    benches.spent("a", 12.0)  # past its prediction: a tenth of it still
+    assert benches.left_s(100.0) == pytest.approx(1.0 + 3 * 4.0)
+    benches.advance(task="a", seconds=12.0)
+    assert "a" not in benches._spent

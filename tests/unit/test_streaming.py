@@ -247,10 +247,13 @@ def test_a_hold_does_not_count_what_its_batches_waited_for_the_worker_to_start()
             lease.measure_all = measure_all
             yield lease
 
-    hold = DeviceHold(Devices(), "h100")
+    heard = []
+    hold = DeviceHold(Devices(), "h100", on_batch=heard.append)
     hold.measure_all([], 1.0)
+    assert len(heard) == 1 and 0.04 <= heard[0] < 0.25  # after each batch: the device time held so far
     hold.release()
     assert 0.04 <= hold.held_s < 0.25  # 0.3 s and more without the start-up taken out
+    assert hold.held_s >= heard[0] and hold.held_now() == hold.held_s
     assert hold.seconds[STARTUP_WAITED] == 0.25
 
 
