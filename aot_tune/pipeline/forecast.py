@@ -158,11 +158,9 @@ class Forecast:
     import_s: float = 0.0
     main_import_s: float = 0.0
     #: when the device workers are ready for a first bench, from the compiles' start (their
-    #: start-up and import), the benches' device seconds spread over the devices, and what the
-    #: benches add after the last compile however early they were: the progress lines' estimate
-    #: of the run's end (aot_tune.runs.progress.RunClock)
+    #: start-up and import), and what the benches add after the last compile however early they
+    #: were: the progress lines' estimate of the run's end (aot_tune.runs.progress.RunClock)
     device_wait_s: float = 0.0
-    device_wall_s: float = 0.0
     bench_tail_s: float = 0.0
     #: the per-unit values the parts took (a run logs them: aot_tune.pipeline.calibration.remember)
     estimates: dict[str, float] = field(default_factory=dict)
@@ -323,7 +321,6 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
         bench_end = max(bench_end, max(first_landing, device_wait) + wall,
                         compile_wall + sum(searches) / count + tail)
         result.bench_tail_s = max(result.bench_tail_s, sum(searches) / count + tail)
-        result.device_wall_s = max(result.device_wall_s, wall)
     result.compile_s = compile_wall
     # the benches wait for their on-demand compiles (side by side, on every compile worker)
     on_demand = list_schedule(result.on_demand, result.compile_jobs)[0]

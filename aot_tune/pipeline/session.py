@@ -59,7 +59,7 @@ class TuneSession:
         if self.forecast is not None and self._clock is None:
             forecast = self.forecast
             self._clock = RunClock(forecast.bench_s, forecast.rest_after_s, forecast.device_wait_s,
-                                   forecast.bench_tail_s, forecast.device_wall_s)
+                                   forecast.bench_tail_s)
         self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes, run=self._clock)
 
     def specialize(self) -> None:

@@ -18,8 +18,8 @@ a prediction it is elapsed / done x left.
 
 The run's estimate (``RunClock``) follows the stages as they overlap: while compiles are left,
 the later of the compile stage's estimate with what the benches add after the last compile, and
-the devices' predicted readiness and work (less the time gone since the compiles began), the
-tail scaled as the finished benches tell; then the rest (merge, generate, the exporters' imports:
+the devices' predicted readiness and the bench stage's estimate of their work left, the tail
+scaled as the finished benches tell; then the rest (merge, generate, the exporters' imports:
 as predicted). Once the compiles are done, the bench stage's estimate and the rest.
 """
 from __future__ import annotations
@@ -146,20 +146,19 @@ class RunClock:
     """The run's estimate of its seconds left, from its stages' ``Progress`` and its prediction
     (aot_tune.pipeline.forecast's): ``bench_after_s`` what the benches add after the last compile,
     ``rest_s`` what follows the stages (merge, generate, the exit; not the planning before them,
-    which the progress lines come after). With ``device_wait_s`` (when the device workers
-    are ready for a first bench, from the compiles' start), ``tail_s`` (what the benches add after
-    the last compile however early they were) and ``device_wall_s`` (the benches' device seconds
-    over the devices), the benches end, as the forecast has them, at the later of the devices'
-    readiness and work, and the compiles' end and the tail; only the compiles' end is the run's
-    own estimate, not the forecast's."""
+    which the progress lines come after). With ``device_wait_s`` (when the device workers are
+    ready for a first bench, from the compiles' start) and ``tail_s`` (what the benches add after
+    the last compile however early they were), the benches end at the later of two: the compiles'
+    end and the tail, and the devices' readiness and the device work left (the bench stage's
+    estimate, which counts the device time each running bench task held: a device that waits for
+    compiles has not done the work the time since its readiness would say)."""
 
     def __init__(self, bench_after_s: float, rest_s: float, device_wait_s: float | None = None,
-                 tail_s: float = 0.0, device_wall_s: float = 0.0) -> None:
+                 tail_s: float = 0.0) -> None:
         self.bench_after_s = bench_after_s
         self.rest_s = rest_s
         self.device_wait_s = device_wait_s
         self.tail_s = tail_s
-        self.device_wall_s = device_wall_s
         self.stages: dict[str, Progress] = {}
 
     def left_s(self) -> float | None:
@@ -172,10 +171,8 @@ class RunClock:
                 return compiled + self.rest_s
             if self.device_wait_s is None:
                 return compiled + self.bench_after_s * bench_scale + self.rest_s
-            since = time.monotonic() - compiles.started
-            # as predicted: a bench that finished early may have paid the device's one-time set-up
-            devices = self.device_wait_s + self.device_wall_s - since
-            return max(compiled + self.tail_s * bench_scale, devices) + self.rest_s
+            ready_in = max(0.0, self.device_wait_s - (time.monotonic() - compiles.started))
+            return max(compiled + self.tail_s * bench_scale, ready_in + benches.left_now()) + self.rest_s
         if benches is not None and benches.total and not benches.finished:
             return benches.left_now() + self.rest_s
         return None

@@ -186,23 +186,26 @@ def test_each_kernels_tasks_go_at_that_kernels_pace(clock) -> None:
 
 def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness(clock) -> None:
     """A short run: 2 compiles of 1 s left, devices predicted ready 6 s after the compiles began
-    (a spawned worker's start-up and its import of the kernel's modules), then 2 s of benches: the
-    benches end when the devices are ready and have measured, not 6 s after the last compile."""
+    (a spawned worker's start-up and its import of the kernel's modules), then 12 s of benches: the
+    benches end when the devices are ready and have done their work, not 6 s after the last
+    compile; a device that waited for compiles has done none of it, whatever the time since."""
     stream = io.StringIO()
-    run = progress.RunClock(bench_after_s=6.5, rest_s=4.0, device_wait_s=6.0, tail_s=0.5, device_wall_s=2.0)
+    run = progress.RunClock(bench_after_s=6.5, rest_s=4.0, device_wait_s=6.0, tail_s=0.5)
     compiles = Progress("compile", 3, stream=stream, expected={f"c{i}": 1.0 for i in range(3)}, run=run)
-    Progress("bench", 4, stream=stream, expected={f"b{i}": 0.5 for i in range(4)}, run=run)
+    benches = Progress("bench", 4, stream=stream, expected={f"b{i}": 3.0 for i in range(4)}, run=run)
     clock.now += 3.0
     compiles.advance(task="c0", seconds=1.0)
-    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 3.0) + 4.0)
-    clock.now += 5.0  # the devices were due 2 s ago: the compiles left and their tail decide
-    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 6.0 + 2.0 - 8.0) + 4.0)
-    # two benches finished, the second at 3x its prediction (its batch built the device's first inputs):
-    # the tail goes at that pace, the devices' work stays as predicted
-    benches = run.stages["bench"]
-    benches.advance(task="b0", seconds=0.5)
-    benches.advance(task="b1", seconds=1.5)
-    assert run.left_s() == pytest.approx(max(2.0 + 0.5 * 3, 6.0 + 2.0 - 8.0) + 4.0)
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5, 3.0 + 12.0) + 4.0)
+    clock.now += 5.0  # the devices were due 2 s ago, and measured nothing: their work is all left
+    assert run.left_s() == pytest.approx(12.0 + 4.0)
+    benches.spent("b0", 1.5)  # two benches held the device 1.5 s each
+    benches.spent("b1", 1.5)
+    assert run.left_s() == pytest.approx(1.5 + 1.5 + 3.0 + 3.0 + 4.0)
+    # then finished, the second at twice its prediction (the first of the lane is left out of the
+    # pace): the two left and the tail go at that pace
+    benches.advance(task="b0", seconds=3.0)
+    benches.advance(task="b1", seconds=6.0)
+    assert run.left_s() == pytest.approx(max(2.0 + 0.5 * 2, 2 * 3.0 * 2) + 4.0)
 
 
 def test_a_running_task_counts_only_what_is_left_of_its_prediction(clock) -> None:
