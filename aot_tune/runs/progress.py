@@ -95,6 +95,11 @@ class Progress:
         return f"{text}  {note}" if note else text
 
     @property
+    def predicted(self) -> bool:
+        """Whether the stage's tasks come with the run's prediction (else the estimate is a pace)."""
+        return bool(self._expected)
+
+    @property
     def finished(self) -> bool:
         return self.done >= self.total
 
@@ -169,7 +174,7 @@ class RunClock:
             compiled = compiles.left_now()
             if benches is None or not benches.total or benches.finished:
                 return compiled + self.rest_s
-            if self.device_wait_s is None:
+            if self.device_wait_s is None or not benches.predicted:
                 return compiled + self.bench_after_s * bench_scale + self.rest_s
             ready_in = max(0.0, self.device_wait_s - (time.monotonic() - compiles.started))
             return max(compiled + self.tail_s * bench_scale, ready_in + benches.left_now()) + self.rest_s

@@ -206,6 +206,14 @@ def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness
     benches.advance(task="b0", seconds=3.0)
     benches.advance(task="b1", seconds=6.0)
     assert run.left_s() == pytest.approx(max(2.0 + 0.5 * 2, 2 * 3.0 * 2) + 4.0)
+    # benches without a prediction of their own: no pace of theirs while none finished, so the
+    # compiles' end and what the prediction says the benches add after them
+    run = progress.RunClock(bench_after_s=6.5, rest_s=4.0, device_wait_s=6.0, tail_s=0.5)
+    compiles = Progress("compile", 2, stream=stream, expected={"c0": 1.0, "c1": 1.0}, run=run)
+    Progress("bench", 4, stream=stream, run=run)
+    clock.now += 3.0
+    compiles.advance(task="c0", seconds=1.0)
+    assert run.left_s() == pytest.approx(1.0 + 6.5 + 4.0)
 
 
 def test_a_running_task_counts_only_what_is_left_of_its_prediction(clock) -> None:
