@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,37 @@ def seconds(duration: str) -> float:
     found = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:([\d.]+)s)?", duration)
     hours, minutes, secs = (float(g) if g else 0.0 for g in found.groups())
     return hours * 3600 + minutes * 60 + secs
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One progress line's estimate of the run's end: at ``at`` seconds, with ``share`` of the
+    tasks done, it said ``said`` seconds were left, and ``left`` were."""
+    at: float
+    share: float
+    said: float
+    left: float
+    text: str
+
+    @property
+    def error(self) -> float:
+        return self.said / self.left - 1
+
+
+def estimates(lines: list[tuple[float, str]], wall: float, tasks: int) -> list[Estimate]:
+    """The run's estimates in its timestamped stderr ``lines``; the share of the work done is the
+    tasks the stages' lines count done, of ``tasks`` (the dry run's count) or of the stages'
+    totals where they grew past it."""
+    found, counts = [], {}  # stage -> its last line's done, total
+    for at, text in lines:
+        done = DONE.match(text)
+        if done:
+            counts[done.group(1)] = (int(done.group(2)), int(done.group(3)))
+        said = RUN_LEFT.search(text)
+        if said and at < wall:
+            share = sum(d for d, _ in counts.values()) / max(1, tasks, sum(t for _, t in counts.values()))
+            found.append(Estimate(at, share, seconds(said.group(1)), wall - at, text))
+    return found
 
 
 def main() -> int:
@@ -80,21 +112,11 @@ def main() -> int:
     print(f"{project}: {last}")
     print(f"predicted {predicted:.1f} s, took {wall:.1f} s: ratio {predicted / wall:.2f}")
     errors = []
-    counts: dict[str, tuple[int, int]] = {}  # stage -> its last line's done, total
-    for at, text in lines:
-        done = DONE.match(text)
-        if done:
-            counts[done.group(1)] = (int(done.group(2)), int(done.group(3)))
-        found = RUN_LEFT.search(text)
-        if not found:
-            continue
-        share = sum(d for d, _ in counts.values()) / max(1, tasks, sum(t for _, t in counts.values()))
-        left = wall - at
-        error = seconds(found.group(1)) / left - 1
-        if share >= args.share:
-            errors.append((error, left))
-        print(f"  at {at:5.1f} s, {share:4.0%} of the tasks done: the run about {seconds(found.group(1)):5.1f} s "
-              f"left, {left:5.1f} s were: {error:+.0%}   {text.split(' done')[0]}")
+    for line in estimates(lines, wall, tasks):
+        if line.share >= args.share:
+            errors.append((line.error, line.left))
+        print(f"  at {line.at:5.1f} s, {line.share:4.0%} of the tasks done: the run about {line.said:5.1f} s "
+              f"left, {line.left:5.1f} s were: {line.error:+.0%}   {line.text.split(' done')[0]}")
     for least in (0.0, 5.0):
         judged = [e for e, left in errors if left >= least]
         print(f"progress estimate from {args.share:.0%} of the work done" + (f", {least:.0f} s or more left" if least
