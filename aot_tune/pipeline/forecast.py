@@ -16,7 +16,9 @@ A run is four parts, added up:
 * **compile**: each stale compile's seconds, list-scheduled longest first over the ``-n``
   workers (as the compile stage runs them). A compile expects its recorded seconds from an
   earlier run (any fingerprint: an edit changes a compile's time far less than its config does),
-  else its ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else the
+  else its ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else, for a
+  kernel ``aot_tune record`` saw compile, the seconds that compile took (a library's kernels
+  differ 5-8x in compile time at one size of code), else the
   typical compile of a kernel of its code's size (the calibrated seconds per KB of the jitted
   function and the jitted functions it calls, aot_tune.build.imports.kernel_bytes: a kernel's
   compiles follow its size from kernel to kernel), spread over its configs by their estimates
@@ -86,6 +88,7 @@ from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
+from aot_tune.record.recording import REPLAY, compile_seconds_when_recorded
 from aot_tune.select import FINALS_MAX, FINALS_SHARE, finals_on
 from aot_tune.search import ranked
 from aot_tune.search import strategies as search
@@ -207,8 +210,10 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
         earlier = _earlier_seconds(staleness, kp) if calibration.backend != "cuda" else {}
         candidates: dict[str, list[float]] = {}  # target -> the on-demand candidates' predicted seconds
         expected: dict[str, list[int]] = {}  # target -> configs each adaptive search needing it is expected to measure
+        at_record = compile_seconds_when_recorded(plan.manifest.root, kp.spec.name) \
+            if kp.spec.launch.startswith(REPLAY + ":") else {}
         for (target, config_id), seconds, later in _compile_seconds(kp, staleness, history, work, calibration,
-                                                                    deadline):
+                                                                    deadline, at_record):
             if later:
                 candidates.setdefault(target, []).append(seconds)
                 continue
@@ -360,9 +365,11 @@ def specialization_class(key: str) -> str:
 
 
 def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: CompileHistory, work: KernelWork,
-                     calibration: Calibration, deadline: CompileDeadline) -> list[tuple[tuple[str, str], float, bool]]:
+                     calibration: Calibration, deadline: CompileDeadline,
+                     at_record: dict[str, float]) -> list[tuple[tuple[str, str], float, bool]]:
     """Each stale compile's (target, config id), predicted seconds and whether it is left to an
     adaptive search's demand (``Staleness.compile_when``); counts the compile stage's in ``work``.
+    ``at_record``: per target, a compile's seconds when the kernel was recorded (else none).
     The compile units the plan knows are stale as the compile stage decides it; a launch not
     captured yet joins the unit of a captured launch of its class (``specialization_class``),
     else a guessed unit per (target, class, config), stale when a bench needs the launch."""
@@ -398,9 +405,15 @@ def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: CompileHisto
     work.compiles_stale = len(stale)
     keys = [*stale, *on_demand]
     found = {**on_demand, **stale}
-    seconds = expected_compile_seconds(
-        [compile_time_estimate(found[k][0].as_dict(), kp.spec.compile_cost) for k in keys],
-        [found[k][1] for k in keys], calibration.compile(work.code_kb))
+    estimates = [compile_time_estimate(found[k][0].as_dict(), kp.spec.compile_cost) for k in keys]
+    earlier, seconds = [found[k][1] for k in keys], [0.0] * len(keys)
+    # per target where the kernel was recorded compiling: those seconds are that target's
+    targets = sorted({k[0] for k in keys}) if at_record else [None]
+    for group in ([i for i, k in enumerate(keys) if t in (None, k[0])] for t in targets):
+        typical = (at_record.get(keys[group[0]][0]) or calibration.compile(work.code_kb)) if group else 0.0
+        for i, s in zip(group, expected_compile_seconds([estimates[i] for i in group], [earlier[i] for i in group],
+                                                        typical)):
+            seconds[i] = s
     caps = {target: deadline.seconds([s for k, s in zip(keys, seconds) if k[0] == target])
             for target in {k[0] for k in keys}}
     return [((k[0], k[2]), min(s, caps[k[0]]), k not in stale) for k, s in zip(keys, seconds)]

@@ -6,6 +6,11 @@ A launch is recorded once per kernel and argument signature; the launch itself r
 library's cached config where it has one, else its first (``triton_compat.autotuner_hook``),
 so recording never benchmarks. A kernel the tuner could not import again (defined in the
 script itself, or in a closure) is reported once and left out.
+
+Where such a launch compiles (a cold Triton cache), the compile's seconds are recorded too: on a
+machine that never tuned a library, they are the first word on how slow each of its kernels
+compiles (fla-core's slowest took 5-8x its others' on one GPU host), which the run's forecast
+and its compile order go by until the run's own compiles say more.
 """
 from __future__ import annotations
 
@@ -14,9 +19,10 @@ import math
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable
 
-from aot_tune.triton_compat.autotuner_hook import config_values, tl_dtype_name, watch
+from aot_tune.triton_compat.autotuner_hook import config_values, tl_dtype_name, watch, watch_compiles
 from aot_tune.record.recording import INT_VALUES, SMALL_FLOATS, Argument, RecordedLaunch, TensorSpec
 
 #: The environment variable naming the file the hook appends to.
@@ -37,11 +43,14 @@ class Recorder:
         self._seen: set[tuple[str, str]] = set()
         self._refused: set[str] = set()
         self._kernels: dict[int, str] = {}  # id(tuner) -> its module:attr
+        self._functions: dict[int, str] = {}  # id(the Python function beneath it) -> the same
         self._target: str | None = None
         self._lock = threading.Lock()
+        self._launch = threading.local()  # when this thread's latest launch began
 
     def __call__(self, tuner: Any, args: tuple, kwargs: dict, key: tuple, config: Any,
                  chosen_by: str) -> Callable[[], None] | None:
+        self._launch.began = time.perf_counter()
         try:
             ref = self._kernel_ref(tuner)
             named, options = _named(tuner, args, kwargs)
@@ -80,7 +89,20 @@ class Recorder:
         ref = self._kernels.get(id(tuner))
         if ref is None:
             ref = self._kernels[id(tuner)] = _importable_ref(tuner)
+            self._functions[id(_python_function(tuner))] = ref
         return ref
+
+    def compiled(self, jit_function: Any, seconds: float | None) -> None:
+        """A compile that Triton's cache did not serve: of a recorded kernel, its seconds (as
+        Triton timed them, else since this thread's launch began) become a line of their own."""
+        ref = self._functions.get(id(_python_function(jit_function)))
+        if ref is None:
+            return
+        if seconds is None:
+            began = getattr(self._launch, "began", None)
+            seconds = None if began is None else time.perf_counter() - began
+        if seconds is not None and math.isfinite(seconds) and seconds >= 0:
+            self._append({"compiled": {"kernel": ref, "seconds": round(seconds, 3)}})
 
     def _append(self, line: dict) -> None:
         data = (json.dumps(line, sort_keys=True, allow_nan=False) + "\n").encode()
@@ -265,5 +287,7 @@ def install_from_environment() -> bool:
     path = os.environ.get(RECORD_FILE_ENV)
     if not path:
         return False
-    watch(Recorder(path))
+    recorder = Recorder(path)
+    watch(recorder)
+    watch_compiles(recorder.compiled)
     return True

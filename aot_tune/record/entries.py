@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,17 +45,20 @@ class Folded:
     created: list[str] = field(default_factory=list)
     added: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    timed: list[str] = field(default_factory=list)  # entries given only their compile seconds
 
     def lines(self) -> list[str]:
         out = [f"kernels.{name}: {count} new shape{'s' if count != 1 else ''}"
                + (" (new entry)" if name in self.created else "") for name, count in self.added.items()]
+        out += [f"kernels.{name}: its compile seconds on this GPU recorded" for name in self.timed]
         return out + [f"left out: {why}" for why in self.skipped]
 
 
 @dataclass
 class Raw:
-    """The hook's lines read back: one recording per kernel (first-seen order), what it refused,
-    and the GPU target the launches ran on ("" on the CPU)."""
+    """The hook's lines read back: one recording per kernel (first-seen order, with the median
+    seconds of its compiles on the target, where any was seen), what it refused, and the GPU
+    target the launches ran on ("" on the CPU)."""
 
     kernels: list[RecordedKernel]
     refused: list[str]
@@ -65,6 +69,7 @@ def read_raw(path: str | os.PathLike) -> Raw:
     """The hook's JSON lines, as the processes of one recorded command appended them."""
     kernels: dict[str, RecordedKernel] = {}
     refused: list[str] = []
+    compiles: dict[str, list[float]] = defaultdict(list)
     target = ""
     text = Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
     for line in text.splitlines():
@@ -78,11 +83,17 @@ def read_raw(path: str | os.PathLike) -> Raw:
         if "refused" in item:
             refused.append(f"{item['refused']['kernel']}: {item['refused']['reason']}")
             continue
+        if "compiled" in item:  # the compile runs inside the launch: its line comes before the launch's
+            compiles[str(item["compiled"]["kernel"])].append(float(item["compiled"]["seconds"]))
+            continue
         data = item["kernel"]
         kernel = RecordedKernel.from_json({**data, "format": 1, "launches": {}})
         launch = RecordedLaunch.from_json(item["launch"])
         known = kernels.setdefault(kernel.ref, kernel)
         known.launches.setdefault(launch.launch_id(kernel.ref), launch)
+    if target:
+        kernels = {ref: replace(k, compile_s={target: round(statistics.median(compiles[ref]), 3)})
+                   if compiles.get(ref) else k for ref, k in kernels.items()}
     return Raw(list(kernels.values()), refused, target)
 
 
@@ -111,8 +122,7 @@ def fold(manifest: str | os.PathLike, kernels: list[RecordedKernel], target: str
                 continue
             name = _entry_for(specs, kernel.ref, dtype) or _new_name(kernel.ref, dtype, names)
             file = recording_path(root, name)
-            new = RecordedKernel(kernel.ref, kernel.key, kernel.configs, kernel.reset_to_zero,
-                                 kernel.restore_value, kernel.hooks, launches)
+            new = replace(kernel, launches=launches)
             old = read_recording(file) if file.exists() else None
             if old is not None and not old.same_decorator(new):
                 folded.skipped.append(f"{kernel.ref}: its decorator's key or configs changed since "
@@ -129,11 +139,15 @@ def fold(manifest: str | os.PathLike, kernels: list[RecordedKernel], target: str
                     folded.skipped.append(shape)
                     continue
                 fresh[launch_id] = shape
-            if not fresh:
+            timed = old is not None and any(t not in old.compile_s for t in new.compile_s)
+            if not fresh and not timed:
                 continue
             kept = replace(new, launches={lid: launches[lid] for lid in fresh})
             merged = old.merged(kept) if old is not None else kept
             recordings.append((file, merged))
+            if not fresh:  # only its compile seconds are new
+                folded.timed.append(name)
+                continue
             shapes_for[name].extend(flow_mapping(shape) for shape in fresh.values())
             folded.added[name] = len(fresh)
             if name not in names and name not in folded.created:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,7 +161,9 @@ class RecordedLaunch:
 
 @dataclass(frozen=True)
 class RecordedKernel:
-    """An autotuned kernel as its decorator declares it, and its recorded launches by id."""
+    """An autotuned kernel as its decorator declares it, and its recorded launches by id; and per
+    GPU target, the median seconds of its compiles in the first recording that saw it compile
+    (a cold Triton cache): kept, not re-measured, so recording again writes the same bytes."""
 
     ref: str  # module:attr of the object the library launches
     key: tuple[str, ...]
@@ -169,27 +172,35 @@ class RecordedKernel:
     restore_value: tuple[str, ...] = ()
     hooks: tuple[str, ...] = ()  # which of pre_hook / post_hook / prune_configs_by the decorator sets
     launches: dict[str, RecordedLaunch] = field(default_factory=dict)
+    compile_s: dict[str, float] = field(default_factory=dict)
 
     def same_decorator(self, other: "RecordedKernel") -> bool:
         return (self.ref, self.key, self.configs) == (other.ref, other.key, other.configs)
 
     def merged(self, other: "RecordedKernel") -> "RecordedKernel":
-        """These launches and the other's new ones (a launch recorded before keeps its record)."""
+        """These launches and the other's new ones (a launch recorded before keeps its record), and
+        so the compile seconds of each target."""
         return RecordedKernel(self.ref, self.key, self.configs, self.reset_to_zero, self.restore_value, self.hooks,
-                              {**other.launches, **self.launches})
+                              {**other.launches, **self.launches}, {**other.compile_s, **self.compile_s})
 
     def as_json(self) -> dict:
-        return {"format": FORMAT, "kernel": self.ref, "key": list(self.key), "configs": list(self.configs),
+        data = {"format": FORMAT, "kernel": self.ref, "key": list(self.key), "configs": list(self.configs),
                 "reset_to_zero": list(self.reset_to_zero), "restore_value": list(self.restore_value),
                 "hooks": list(self.hooks),
                 "launches": {lid: launch.as_json() for lid, launch in sorted(self.launches.items())}}
+        if self.compile_s:  # absent where none was seen: a recording made before keeps its bytes
+            data["compile_s"] = dict(sorted(self.compile_s.items()))
+        return data
 
     @staticmethod
     def from_json(data: Mapping) -> "RecordedKernel":
+        compile_s = {str(target): float(seconds) for target, seconds in (data.get("compile_s") or {}).items()}
+        if not all(math.isfinite(s) and s >= 0 for s in compile_s.values()):
+            raise ValueError("a compile_s value is not a number of seconds")
         return RecordedKernel(str(data["kernel"]), tuple(data["key"]), tuple(dict(c) for c in data["configs"]),
                               tuple(data.get("reset_to_zero") or ()), tuple(data.get("restore_value") or ()),
                               tuple(data.get("hooks") or ()),
-                              {lid: RecordedLaunch.from_json(l) for lid, l in data["launches"].items()})
+                              {lid: RecordedLaunch.from_json(l) for lid, l in data["launches"].items()}, compile_s)
 
 
 def _dumps(data: Any) -> str:
@@ -224,3 +235,14 @@ def read_recording(path: Path) -> RecordedKernel:
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise TuneError(f"{path}: not a recording aot_tune can read ({exc}); "
                         f"fix: restore it from git, or delete it and record the workload again") from None
+
+
+def compile_seconds_when_recorded(root: str | os.PathLike, entry: str) -> dict[str, float]:
+    """Per GPU target, the seconds a compile of ``entry``'s kernel took when it was recorded; empty
+    where none was seen or its recording is missing or unreadable (the stages that need the
+    recording say so; a forecast goes on without it)."""
+    path = recording_path(root, entry)
+    try:
+        return dict(read_recording(path).compile_s) if path.exists() else {}
+    except TuneError:
+        return {}

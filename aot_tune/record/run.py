@@ -71,6 +71,8 @@ def main_lines(result: Recorded, manifest: str) -> list[str]:
     lines += [f"  left out: {why}" for why in result.refused]
     if result.folded.added:
         lines.append(f"  {manifest} and recordings/ updated; next: doit tune")
+    elif result.folded.timed:
+        lines.append(f"  recordings/ updated; {manifest} already holds every launch")
     elif result.launches:
         lines.append(f"  nothing new: {manifest} already holds every launch")
     return lines

@@ -13,7 +13,12 @@ What this relies on (triton 3.6 to 3.9), and why:
 * ``prune_configs(kwargs)`` reads ``self.nargs`` and returns the configs a miss would benchmark.
 
 So wrapping ``Autotuner.run`` once sees every launch, and a config put in ``self.cache`` before
-``run`` is the config that launch uses, without a benchmark.
+``run`` is the config that launch uses, without a benchmark. And:
+
+* ``triton.knobs.compilation.listener`` is called at the end of every ``triton.compile`` with
+  ``src`` (an ``ASTSource`` whose ``fn`` is the ``JITFunction``), ``cache_hit`` and ``times``
+  (``CompileTimes``: microseconds of ``ir_initialization``, each of ``lowering_stages`` and
+  ``store_results``), which :func:`watch_compiles` reads.
 """
 from __future__ import annotations
 
@@ -81,6 +86,39 @@ def watch(on_launch: OnLaunch) -> None:
 
 
 _inside = threading.local()
+
+
+#: What ``watch_compiles`` calls after each compile that was not served from Triton's cache:
+#: ``(jit_function, seconds)``, the seconds Triton timed (None where it timed nothing).
+OnCompile = Callable[[Any, "float | None"], None]
+
+
+def watch_compiles(on_compile: OnCompile) -> None:
+    """Call ``on_compile`` after every compile in this process from now on (a listener that was
+    installed before keeps being called). A fault of ``on_compile`` never fails the compile."""
+    from triton import knobs
+
+    previous = knobs.compilation.listener
+
+    def listener(*, src: Any = None, cache_hit: bool = False, times: Any = None, **kwargs: Any) -> None:
+        if previous is not None:
+            previous(src=src, cache_hit=cache_hit, times=times, **kwargs)
+        if cache_hit or getattr(src, "fn", None) is None:
+            return
+        try:
+            on_compile(src.fn, _seconds(times))
+        except Exception:  # noqa: BLE001 - a watcher's fault must not fail the user's compile
+            pass
+
+    knobs.compilation.listener = listener
+
+
+def _seconds(times: Any) -> float | None:
+    try:
+        micros = times.ir_initialization + sum(d for _, d in times.lowering_stages) + times.store_results
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return micros / 1e6
 
 
 def _first_config(tuner: Any, args: tuple, kwargs: dict) -> Any:

@@ -360,3 +360,42 @@ def test_the_import_walk_runs_on_its_own_thread_and_its_fault_is_one_line(compil
     monkeypatch.setattr(imports, "import_cost", broken)
     assert loader.predict(plan, staleness, 2, CompileDeadline(), loader.start_walk(plan, staleness)) is None
     assert "aot_tune: no estimate of this run (KeyError: 'fla'); it runs without one" in capfd.readouterr().err
+
+
+def recorded_project(tmp_path: Path, compile_s: dict[str, float]) -> Path:
+    """A project of one kernel as ``aot_tune record`` leaves it (reclib's gather, two launches),
+    with ``compile_s`` in its recording."""
+    from aot_tune.record.entries import fold
+    from aot_tune.record.recording import Argument, RecordedKernel, RecordedLaunch, TensorSpec
+
+    project = tmp_path / "project"
+    project.mkdir(parents=True)
+    (project / "timedlib.py").write_text((Path(__file__).parents[1] / "fixtures" / "reclib" / "ops.py").read_text())
+    configs = ({"BLOCK": 32, "num_warps": 1, "num_stages": 3}, {"BLOCK": 64, "num_warps": 2, "num_stages": 3},
+               {"BLOCK": 128, "num_warps": 4, "num_stages": 3})
+    launches = {}
+    for n in (64, 4096):
+        arguments = (Argument("X", tensor=TensorSpec((n,), (1,), "float32", None, -1.0, 1.0, 0.0, 0.5)),
+                     Argument("IDX", tensor=TensorSpec((n,), (1,), "int32", tuple(range(n)))),
+                     Argument("Y", tensor=TensorSpec((n,), (1,), "float32")),
+                     Argument("n", scalar=n), Argument("scale", scalar=2.0))
+        launch = RecordedLaunch(arguments, tuple((-(-n // c["BLOCK"]),) for c in configs),
+                                (n, "torch.float32", "torch.int32", "torch.float32"), configs[0], "first", ("Y",))
+        launches[launch.launch_id("timedlib:_gather_kernel")] = launch
+    fold(project / "tuning.yaml", [RecordedKernel("timedlib:_gather_kernel", ("n",), configs, launches=launches,
+                                                  compile_s=compile_s)], target="sm90")
+    return project
+
+
+def test_a_kernel_recorded_compiling_is_priced_by_that_compile(tmp_path):
+    """The seconds a kernel's compile took when its workload was recorded price its compiles on
+    that target (fla-core's slowest kernel compiles 5-8x its others, at one size of code)."""
+    plan, staleness = plan_of(recorded_project(tmp_path / "timed", {"sm90": 6.0, "sm100": 0.5}))
+    timed = model.forecast(plan, staleness, 16)
+    seconds = [s for (_, target, _), s in timed.compile_seconds.items() if target == "sm90"]
+    assert len(seconds) == 3 and sum(seconds) / 3 == pytest.approx(6.0)
+    assert timed.compile_s >= max(seconds)
+    plan, staleness = plan_of(recorded_project(tmp_path / "untimed", {}))
+    untimed = model.forecast(plan, staleness, 16)
+    assert sum(untimed.compile_seconds.values()) / 3 < 1.0  # a typical compile of its size
+    assert timed.predicted_s > untimed.predicted_s + 4.0

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,8 +24,8 @@ from aot_tune.errors import TuneError
 from aot_tune.manifest import load_manifest
 from aot_tune.record import replay
 from aot_tune.record.entries import fold, read_raw
-from aot_tune.record.recording import (Argument, RecordedKernel, RecordedLaunch, TensorSpec, read_recording,
-                                       recording_path, write_recording)
+from aot_tune.record.recording import (Argument, RecordedKernel, RecordedLaunch, TensorSpec,
+                                       compile_seconds_when_recorded, read_recording, recording_path, write_recording)
 from aot_tune.runtime.autotuners import dtype_code, dtype_strings
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
@@ -74,6 +77,84 @@ def test_a_recording_file_is_written_deterministically_and_read_back(tmp_path: P
     assert read_recording(path) == kernel(first, second)
     lines = text.decode().splitlines()
     assert sum(line.startswith(' "L') for line in lines) == 2  # a launch a line
+
+
+def test_compile_seconds_are_kept_from_the_first_recording_that_saw_a_compile(tmp_path: Path) -> None:
+    manifest = tmp_path / "tuning.yaml"
+    path = recording_path(tmp_path, "_gather_kernel")
+    fold(manifest, [kernel(launch(64))], target="sm90")  # recorded with a warm Triton cache: no compile seen
+    assert read_recording(path).compile_s == {} and "compile_s" not in path.read_text()
+    timed = replace(kernel(launch(64)), compile_s={"sm90": 2.5})
+    before = manifest.read_bytes()
+    folded = fold(manifest, [timed], target="sm90")  # no new launch, but its first compile seconds
+    assert folded.timed == ["_gather_kernel"] and not folded.added
+    assert folded.lines() == ["kernels._gather_kernel: its compile seconds on this GPU recorded"]
+    assert read_recording(path).compile_s == {"sm90": 2.5} and manifest.read_bytes() == before
+    text = path.read_bytes()
+    again = fold(manifest, [replace(kernel(launch(64), launch(128)), compile_s={"sm90": 9.0, "sm100": 4.0})],
+                 target="sm90")  # a new launch: the kept seconds stay, another target's join them
+    assert again.added == {"_gather_kernel": 1} and not again.timed
+    assert read_recording(path).compile_s == {"sm90": 2.5, "sm100": 4.0}
+    fold(manifest, [replace(kernel(launch(64), launch(128)), compile_s={"sm90": 7.0})], target="sm90")
+    assert path.read_bytes() != text and read_recording(path).compile_s == {"sm90": 2.5, "sm100": 4.0}
+    assert compile_seconds_when_recorded(tmp_path, "_gather_kernel") == {"sm90": 2.5, "sm100": 4.0}
+    assert compile_seconds_when_recorded(tmp_path, "no_such_entry") == {}
+
+
+@pytest.mark.parametrize("value", ['-1.0', '"fast"', 'NaN'])
+def test_a_recording_with_a_bad_compile_time_is_one_clear_error(tmp_path: Path, value: str) -> None:
+    path = recording_path(tmp_path, "gather")
+    write_recording(path, replace(kernel(launch(64)), compile_s={"sm90": 1.0}))
+    path.write_text(path.read_text().replace('"sm90": 1.0', f'"sm90": {value}'))
+    with pytest.raises(TuneError, match="not a recording aot_tune can read"):
+        read_recording(path)
+    assert compile_seconds_when_recorded(tmp_path, "gather") == {}  # the forecast goes on without it
+
+
+#: Run in a fresh process: Triton decides at import whether it interprets, and these tests' does.
+TIMED_COMPILE = """
+import json, sys, torch
+from triton import knobs
+from aot_tune import triton_compat
+from aot_tune.record.capture import Recorder
+from aot_tune.triton_compat.autotuner_hook import watch_compiles
+import timedlib
+
+recorder, earlier = Recorder(sys.argv[1]), []
+knobs.compilation.listener = lambda **event: earlier.append(event["cache_hit"])
+watch_compiles(recorder.compiled)
+x, idx, y = torch.randn(64), torch.arange(64, dtype=torch.int32), torch.empty(64)
+done = recorder(timedlib._gather_kernel, (x, idx, y, 64, 2.0), {"grid": (2,)}, (64, "torch.float32"),
+                timedlib.CONFIGS[0], "first")
+meta = [torch.empty_like(t, device="meta") for t in (x, idx, y)]
+with triton_compat.target_driver(90):
+    timedlib._gather_kernel.fn.warmup(*meta, 64, 2.0, BLOCK=32, grid=(2,))
+    timedlib._gather_kernel.fn.warmup(*meta, 64, 2.0, BLOCK=32, grid=(2,))  # compiled already: no compile
+    timedlib._scale_inplace_kernel.fn.warmup(meta[0], 64, 2.0, BLOCK=32, grid=(2,))  # never launched here
+done()
+print(json.dumps(earlier))
+"""
+
+
+def test_a_recorded_kernels_compile_is_timed_by_the_recorder(tmp_path: Path) -> None:
+    """A real compile (cross-compiled for sm90) of a kernel the recorder saw launched becomes a
+    line of the raw file; a compile of a kernel it did not see adds nothing; a listener installed
+    before is still called."""
+    (tmp_path / "timedlib.py").write_text((Path(__file__).parents[1] / "fixtures" / "reclib" / "ops.py").read_text())
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text(json.dumps({"target": "sm90"}) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton-cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(__file__).parents[2])]))
+    proc = subprocess.run([sys.executable, "-c", TIMED_COMPILE, str(raw)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [False, False]  # two compiles, the earlier listener told
+    lines = [json.loads(line) for line in raw.read_text().splitlines()]
+    (compiled,) = [line["compiled"] for line in lines if "compiled" in line]
+    assert compiled["kernel"] == "timedlib:_gather_kernel" and 0 < compiled["seconds"] < 120
+    (found,) = read_raw(raw).kernels
+    assert found.compile_s == {"sm90": compiled["seconds"]}
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"format": 99, "kernel": "m:k"}', '{"format": 1}', "[]"])
