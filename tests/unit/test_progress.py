@@ -184,6 +184,19 @@ def test_each_kernels_tasks_go_at_that_kernels_pace(clock) -> None:
     assert p.left_s(10.0) == pytest.approx(4.0 + 1.5 + 6.5 / 3.5)
 
 
+def test_kernels_that_finish_fast_do_not_speed_up_one_none_of_whose_tasks_finished(clock) -> None:
+    """The first compiles to finish ran faster than predicted (0.4x); a slow kernel's compiles,
+    still running, keep their own prediction rather than that pace."""
+    expected = {**{f"compile:fast:sm90:s:{i}": 1.0 for i in range(5)},
+                **{f"compile:slow:sm90:s:{i}": 6.0 for i in range(2)}}
+    p = Progress("compile", len(expected), stream=io.StringIO(), expected=expected, lanes=1)
+    for i in range(5):
+        p.advance(task=f"compile:fast:sm90:s:{i}", seconds=0.4)
+    assert p.scale() == pytest.approx(0.4) and p.scale("fast") == pytest.approx(0.4)
+    assert p.scale("slow") == 1.0
+    assert p.left_s(2.0) == pytest.approx(12.0)
+
+
 def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness(clock) -> None:
     """A short run: 2 compiles of 1 s left, devices predicted ready 6 s after the compiles began
     (a spawned worker's start-up and its import of the kernel's modules), then 12 s of benches: the
