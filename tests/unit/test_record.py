@@ -469,3 +469,15 @@ def test_replayed_inputs_hold_the_kept_values_and_the_recorded_range(tmp_path: P
     assert small.tolist() == [0.5, 2.0]
     named = call.arguments((x, index, small))
     assert named["Y"] is x and named["n"] == 256 and named["BIAS"] is None
+
+
+def test_the_commands_last_line_says_what_a_recording_changed() -> None:
+    from aot_tune.record.entries import Folded
+    from aot_tune.record.run import Recorded, main_lines
+
+    def last(folded: Folded) -> str:
+        return main_lines(Recorded(0, 2, 1, folded, [], 1.5), "tuning.yaml")[-1]
+
+    assert last(Folded(added={"gather": 2})) == "  tuning.yaml and recordings/ updated; next: doit tune"
+    assert last(Folded(timed=["gather"])) == "  recordings/ updated; tuning.yaml already holds every launch"
+    assert last(Folded()) == "  nothing new: tuning.yaml already holds every launch"
