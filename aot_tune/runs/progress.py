@@ -10,7 +10,8 @@ warms Triton up and a device's first bench loads its kernels and builds Triton's
 bench stage whose first tasks waited for compiles no longer reads as slow, and a machine that
 compiles twice as slow as predicted reads so after its first compiles. A task that has started
 counts only what is left of its prediction, at least ``RUNNING_FLOOR`` of it: the last slow
-compile of a stage, 8 s into its predicted 8 s, leaves about nothing, not 8 s. How far it has
+compile of a stage, 8 s into its predicted 8 s, leaves about nothing, not 8 s; one that outran
+the pace its kernel's finished tasks set (below 1) goes by its unscaled prediction. How far it has
 come is its wall time since ``start`` (a compile), or the seconds of its own it reported last
 (``spent``: a bench task's device time held, since streaming benches wait for compiles without a
 device, most of them at once, and a task's wall time says nothing of its measurements). Without
@@ -139,13 +140,17 @@ class Progress:
         scales = {group: self.scale(group) for group in {_group(task) for task, _ in left}}
         started, spent, now = self._started.copy(), self._spent.copy(), time.monotonic()
         ran = {task: spent[task] if task in spent else now - started[task] for task in {*started, *spent}}
-        seconds = [_still(s * scales[_group(task)], ran.get(task, 0.0)) for task, s in left]
+        seconds = [_still(s, s * scales[_group(task)], ran.get(task, 0.0)) for task, s in left]
         return max(sum(seconds) / self._lanes, max(seconds))
 
 
-def _still(predicted: float, ran: float) -> float:
-    """What is left of a task predicted at ``predicted`` seconds that has run ``ran`` of them."""
-    return max(predicted - ran, RUNNING_FLOOR * predicted)
+def _still(predicted: float, scaled: float, ran: float) -> float:
+    """What is left of a task predicted at ``predicted`` seconds, ``scaled`` by its kernel's pace,
+    that has run ``ran``. One that outran its scaled prediction is not as fast as the tasks that
+    set the pace (they finish first: fla-core's smallest config of its slowest kernel, at half the
+    kernel's recorded compile, while its largest runs on), so it goes by its own prediction again."""
+    expected = scaled if ran <= scaled else max(scaled, predicted)
+    return max(expected - ran, RUNNING_FLOOR * expected)
 
 
 def _group(task: str) -> str:

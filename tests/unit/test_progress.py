@@ -197,6 +197,21 @@ def test_kernels_that_finish_fast_do_not_speed_up_one_none_of_whose_tasks_finish
     assert p.left_s(2.0) == pytest.approx(12.0)
 
 
+def test_a_running_task_that_outran_its_kernels_pace_goes_by_its_own_prediction(clock) -> None:
+    """The kernel's small config finished at half its prediction; its large one, predicted 10 s,
+    has run 6 s: 4 s are left, not the floor of the halved 5 s; one that has run 2 s keeps the pace."""
+    expected = {"w": 1.0, "compile:slow:sm90:s:0": 4.0, "compile:slow:sm90:s:1": 10.0, "compile:slow:sm90:s:2": 10.0}
+    p = Progress("compile", len(expected), stream=io.StringIO(), expected=expected, lanes=1)
+    p.advance(task="w", seconds=1.0)  # the lane's first: it warms up, and sets no pace
+    p.start("compile:slow:sm90:s:1")
+    clock.now += 4.0
+    p.start("compile:slow:sm90:s:2")
+    clock.now += 2.0
+    p.advance(task="compile:slow:sm90:s:0", seconds=2.0)
+    assert p.scale("slow") == pytest.approx(0.5)
+    assert p.left_s(6.0) == pytest.approx(max((10.0 - 6.0) + (5.0 - 2.0), 10.0 - 6.0))
+
+
 def test_while_compiles_run_the_benches_wait_for_the_devices_predicted_readiness(clock) -> None:
     """A short run: 2 compiles of 1 s left, devices predicted ready 6 s after the compiles began
     (a spawned worker's start-up and its import of the kernel's modules), then 12 s of benches: the
