@@ -399,3 +399,14 @@ def test_a_kernel_recorded_compiling_is_priced_by_that_compile(tmp_path):
     untimed = model.forecast(plan, staleness, 16)
     assert sum(untimed.compile_seconds.values()) / 3 < 1.0  # a typical compile of its size
     assert timed.predicted_s > untimed.predicted_s + 4.0
+
+
+def test_a_gpu_hosts_first_run_prices_the_kernels_import_at_the_documented_ratio(compiled_before):
+    """With no run to say how this machine imports, a GPU host's workers (16 importing at once)
+    take the documented ratio of the static estimate; a run in the history replaces it."""
+    from aot_tune.pipeline.calibration import DEFAULT_IMPORT_RATIO
+
+    plan, staleness = plan_of(compiled_before)
+    predicted = model.forecast(plan, staleness, 2)
+    assert predicted.calibration.import_ratio is None and DEFAULT_IMPORT_RATIO["cuda"] > 1
+    assert predicted.import_s == pytest.approx(predicted.estimates["import_s"] * DEFAULT_IMPORT_RATIO["cuda"])
