@@ -19,7 +19,6 @@ import math
 import os
 import sys
 import threading
-import time
 from typing import Any, Callable
 
 from aot_tune.triton_compat.autotuner_hook import config_values, tl_dtype_name, watch, watch_compiles
@@ -46,11 +45,9 @@ class Recorder:
         self._functions: dict[int, str] = {}  # id(the Python function beneath it) -> the same
         self._target: str | None = None
         self._lock = threading.Lock()
-        self._launch = threading.local()  # when this thread's latest launch began
 
     def __call__(self, tuner: Any, args: tuple, kwargs: dict, key: tuple, config: Any,
                  chosen_by: str) -> Callable[[], None] | None:
-        self._launch.began = time.perf_counter()
         try:
             ref = self._kernel_ref(tuner)
             named, options = _named(tuner, args, kwargs)
@@ -93,15 +90,10 @@ class Recorder:
         return ref
 
     def compiled(self, jit_function: Any, seconds: float | None) -> None:
-        """A compile that Triton's cache did not serve: of a recorded kernel, its seconds (as
-        Triton timed them, else since this thread's launch began) become a line of their own."""
+        """A compile that Triton's cache did not serve: of a recorded kernel, the seconds Triton
+        timed become a line of their own."""
         ref = self._functions.get(id(_python_function(jit_function)))
-        if ref is None:
-            return
-        if seconds is None:
-            began = getattr(self._launch, "began", None)
-            seconds = None if began is None else time.perf_counter() - began
-        if seconds is not None and math.isfinite(seconds) and seconds >= 0:
+        if ref is not None and seconds is not None and math.isfinite(seconds) and seconds >= 0:
             self._append({"compiled": {"kernel": ref, "seconds": round(seconds, 3)}})
 
     def _append(self, line: dict) -> None:
