@@ -88,7 +88,7 @@ from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
 from aot_tune.pipeline.staleness import Staleness
-from aot_tune.record.recording import REPLAY, compile_seconds_when_recorded
+from aot_tune.record import replay
 from aot_tune.select import FINALS_MAX, FINALS_SHARE, finals_on
 from aot_tune.search import ranked
 from aot_tune.search import strategies as search
@@ -210,8 +210,8 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
         earlier = _earlier_seconds(staleness, kp) if calibration.backend != "cuda" else {}
         candidates: dict[str, list[float]] = {}  # target -> the on-demand candidates' predicted seconds
         expected: dict[str, list[int]] = {}  # target -> configs each adaptive search needing it is expected to measure
-        at_record = compile_seconds_when_recorded(plan.manifest.root, kp.spec.name) \
-            if kp.spec.launch.startswith(REPLAY + ":") else {}
+        at_record = replay.compile_seconds(str(plan.manifest.root), kp.spec.shape_dict(kp.bench_units[0].shape)) \
+            if kp.spec.launch.startswith(replay.__name__ + ":") and kp.bench_units else {}
         for (target, config_id), seconds, later in _compile_seconds(kp, staleness, history, work, calibration,
                                                                     deadline, at_record):
             if later:
@@ -408,9 +408,10 @@ def _compile_seconds(kp: KernelPlan, staleness: Staleness, history: CompileHisto
     estimates = [compile_time_estimate(found[k][0].as_dict(), kp.spec.compile_cost) for k in keys]
     earlier, seconds = [found[k][1] for k in keys], [0.0] * len(keys)
     # per target where the kernel was recorded compiling: those seconds are that target's
-    targets = sorted({k[0] for k in keys}) if at_record else [None]
-    for group in ([i for i, k in enumerate(keys) if t in (None, k[0])] for t in targets):
-        typical = (at_record.get(keys[group[0]][0]) or calibration.compile(work.code_kb)) if group else 0.0
+    groups = {t: [i for i, k in enumerate(keys) if k[0] == t] for t in {k[0] for k in keys}} if at_record \
+        else {None: list(range(len(keys)))}
+    for target, group in groups.items():
+        typical = at_record.get(target) or calibration.compile(work.code_kb)
         for i, s in zip(group, expected_compile_seconds([estimates[i] for i in group], [earlier[i] for i in group],
                                                         typical)):
             seconds[i] = s

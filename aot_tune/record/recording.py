@@ -236,13 +236,3 @@ def read_recording(path: Path) -> RecordedKernel:
         raise TuneError(f"{path}: not a recording aot_tune can read ({exc}); "
                         f"fix: restore it from git, or delete it and record the workload again") from None
 
-
-def compile_seconds_when_recorded(root: str | os.PathLike, entry: str) -> dict[str, float]:
-    """Per GPU target, the seconds a compile of ``entry``'s kernel took when it was recorded; empty
-    where none was seen or its recording is missing or unreadable (the stages that need the
-    recording say so; a forecast goes on without it)."""
-    path = recording_path(root, entry)
-    try:
-        return dict(read_recording(path).compile_s) if path.exists() else {}
-    except TuneError:
-        return {}

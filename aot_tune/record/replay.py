@@ -90,6 +90,15 @@ def _config_key(config: Mapping[str, Any]) -> tuple:
     return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
 
 
+def compile_seconds(root: str, shape: Mapping[str, Any]) -> dict[str, float]:
+    """Per GPU target, the seconds a compile of the kernel of ``shape``'s recorded launch took when
+    it was recorded; empty where none was seen, or for a shape that names no recorded launch."""
+    try:
+        return dict(_replay(str(root)).find(str(shape[LAUNCH_DIM]))[0].compile_s)
+    except (KeyError, TuneError, ValueError, OSError):  # the stages report a missing or broken recording
+        return {}
+
+
 @functools.lru_cache(maxsize=None)
 def _kernel_and_autotuner(root: str, ref: str) -> tuple[Any, Any]:
     from aot_tune.build.loading import resolve

@@ -24,8 +24,8 @@ from aot_tune.errors import TuneError
 from aot_tune.manifest import load_manifest
 from aot_tune.record import replay
 from aot_tune.record.entries import fold, read_raw
-from aot_tune.record.recording import (Argument, RecordedKernel, RecordedLaunch, TensorSpec,
-                                       compile_seconds_when_recorded, read_recording, recording_path, write_recording)
+from aot_tune.record.recording import (Argument, RecordedKernel, RecordedLaunch, TensorSpec, read_recording,
+                                       recording_path, write_recording)
 from aot_tune.runtime.autotuners import dtype_code, dtype_strings
 from aot_tune.tuning_schema import TuningCache, TuningRecord
 
@@ -97,8 +97,9 @@ def test_compile_seconds_are_kept_from_the_first_recording_that_saw_a_compile(tm
     assert read_recording(path).compile_s == {"sm90": 2.5, "sm100": 4.0}
     fold(manifest, [replace(kernel(launch(64), launch(128)), compile_s={"sm90": 7.0})], target="sm90")
     assert path.read_bytes() != text and read_recording(path).compile_s == {"sm90": 2.5, "sm100": 4.0}
-    assert compile_seconds_when_recorded(tmp_path, "_gather_kernel") == {"sm90": 2.5, "sm100": 4.0}
-    assert compile_seconds_when_recorded(tmp_path, "no_such_entry") == {}
+    recorded = {"recorded": launch(128).launch_id(REF)}
+    assert replay.compile_seconds(str(tmp_path), recorded) == {"sm90": 2.5, "sm100": 4.0}
+    assert replay.compile_seconds(str(tmp_path), {"recorded": "Lno_such_launch"}) == {}
 
 
 @pytest.mark.parametrize("value", ['-1.0', '"fast"', 'NaN'])
@@ -108,7 +109,7 @@ def test_a_recording_with_a_bad_compile_time_is_one_clear_error(tmp_path: Path, 
     path.write_text(path.read_text().replace('"sm90": 1.0', f'"sm90": {value}'))
     with pytest.raises(TuneError, match="not a recording aot_tune can read"):
         read_recording(path)
-    assert compile_seconds_when_recorded(tmp_path, "gather") == {}  # the forecast goes on without it
+    assert replay.compile_seconds(str(tmp_path), {"recorded": launch(64).launch_id(REF)}) == {}  # the forecast goes on
 
 
 #: Run in a fresh process: Triton decides at import whether it interprets, and these tests' does.
