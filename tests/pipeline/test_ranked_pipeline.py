@@ -16,8 +16,11 @@ from aot_tune.cache import read_cache, read_record, record_full_shape, write_cac
 
 # Time under the interpreter grows with the programs a launch runs, so BLOCK_SIZE ranks the
 # configs; the constraints keep one block spanning the whole vector and then only blocks of a
-# quarter of it or less, so the best config is 4x ahead of the next: a pick that the
-# interpreter's noise does not decide (with rep_ms 20, the fast configs' times are medians of 3).
+# quarter of it or less. The fastest two can still tie: at 32000, one block of 32768 and 8 of
+# 4096 timed within 5% of each other and swapped places between runs. So the retune's pick is
+# judged by the exhaustive run's times: within PICK_TOLERANCE of its best, a margin for the
+# interpreter's noise on a loaded 2-core host that the configs behind those two (1.8x and more
+# slower) do not reach.
 MANIFEST = vector_add_manifest("""\
     space:
       BLOCK_SIZE: [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -31,6 +34,7 @@ MANIFEST = vector_add_manifest("""\
 RANKED = MANIFEST + "    search: {strategy: ranked}\n"
 OLD_TRITON = "3.0.0"
 CONFIGS = {1000: 5, 16002: 9, 32000: 10}  # the constraints' candidates per shape
+PICK_TOLERANCE = 1.3
 
 
 def tune(project: Path) -> subprocess.CompletedProcess:
@@ -61,17 +65,25 @@ def project(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def exhaustive_times(project: Path) -> dict[int, dict[str, float]]:
+    """Per shape, the exhaustive run's median of each config, read before the retune replaces them."""
+    return {record_full_shape(r)[0]: {m.config.id: m.median_ms for m in r.measurements if m.status == "ok"}
+            for r in read_cache(cache_path(project)).records}
+
+
+@pytest.fixture(scope="module")
 def exhaustive_picks(project: Path) -> dict[int, str]:
     return {record_full_shape(r)[0]: r.best.id for r in read_cache(cache_path(project)).records}
 
 
 @pytest.fixture(scope="module")
-def ranked_run(project: Path, exhaustive_picks) -> subprocess.CompletedProcess:
+def ranked_run(project: Path, exhaustive_picks, exhaustive_times) -> subprocess.CompletedProcess:
     (project / "tuning.yaml").write_text(RANKED)
     return tune(project)
 
 
-def test_the_retune_ranks_from_the_stale_records_and_measures_fewer_configs(project, exhaustive_picks, ranked_run):
+def test_the_retune_ranks_from_the_stale_records_and_measures_fewer_configs(project, exhaustive_picks, exhaustive_times,
+                                                                             ranked_run):
     origin = f"ranked from interpreter (triton {OLD_TRITON})"
     summary = re.search(rf"^search: {re.escape(origin)}: 2 shapes, (\d+) of 19 candidate configs measured",
                         ranked_run.stderr, re.M)
@@ -86,7 +98,8 @@ def test_the_retune_ranks_from_the_stale_records_and_measures_fewer_configs(proj
         same_shape = [s for s in record.search.sources if list(s.shape) == [n]]
         assert [(s.device, s.triton) for s in same_shape] == [("interpreter", OLD_TRITON)]
         assert same_shape[0].config_ids[0] == exhaustive_picks[n]  # its best was measured first
-        assert record.best.id == exhaustive_picks[n], n  # the sources rank correctly: the same pick
+        times = exhaustive_times[n]  # the sources rank correctly: the same pick, or its tie
+        assert times[record.best.id] <= PICK_TOLERANCE * min(times.values()), (n, record.best.id, times)
 
 
 def test_after_the_retune_nothing_is_stale_and_a_new_shape_has_no_source(project, ranked_run):
