@@ -29,7 +29,8 @@ def dry_run(loader: ManifestLoader, kernel_names: Sequence[str]) -> int:
             cluster.close()
         for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
             eprint(f"aot_tune: {change.line(plan.device_keys)}")
-        predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history())
+        predicted = forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history(),
+                             launch_s=loader.launch_s)
     finally:
         sys.dont_write_bytecode = writes_bytecode
     devices = ", ".join(f"{d.count} x {d.key}" for d in plan.devices)
@@ -76,7 +77,8 @@ def describe(result: Forecast) -> list[str]:
         f"bench     {result.bench_s:.1f} s  {measurements} measurements, {device_s:.1f} s of device time on "
         f"{devices}, beyond the compile part" + (f"; with about {len(result.on_demand)} compiles on demand "
                                                  f"({sum(result.on_demand):.1f} s)" if result.on_demand else ""),
-        f"rest      {result.rest_s:.1f} s  the command's start, planning, merge, generate{exporters}",
+        f"rest      {result.rest_s:.1f} s  the command's start ({result.launch_s:.1f} s, as this one's), planning, "
+        f"merge, generate{exporters}",
         f"predicted {result.predicted_s:.1f} s ({source})",
     ]
 

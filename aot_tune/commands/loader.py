@@ -91,6 +91,7 @@ class ManifestLoader(TaskLoader2):
         self.manifest = None  # read by load_doit_config, which doit calls first
         self.kernel_names: tuple[str, ...] = ()
         self.jobs = os.cpu_count() or 1
+        self.launch_s = 0.0  # the command's own start before it began the run (the forecast's)
 
     def setup(self, opt_values: dict) -> None:
         self.options = opt_values
@@ -190,7 +191,7 @@ class ManifestLoader(TaskLoader2):
             except TuneError as err:
                 raise InvalidDodoFile(str(err)) from None
             if working:  # before the tasks: their order and progress lines use it
-                predicted = predict(plan, staleness, jobs, deadline, walk)
+                predicted = predict(plan, staleness, jobs, deadline, walk, self.launch_s)
                 self.session.forecast = None if predicted is None or predicted.idle else predicted
         task_list = []
         for stage in (compile, bench, merge, generate):
@@ -238,12 +239,12 @@ def start_walk(plan: Plan, staleness: Staleness):
         return None
 
 
-def predict(plan: Plan, staleness: Staleness, jobs: int, deadline: CompileDeadline, walk=None):
+def predict(plan: Plan, staleness: Staleness, jobs: int, deadline: CompileDeadline, walk=None, launch_s: float = 0.0):
     """The run's forecast, or None where making it failed: an estimate must not stop a release
     build (a library laid out in a way the import walk does not know, say), so the run says so in
     one line and goes on without one (no progress estimate, bench tasks by config count)."""
     try:
-        return forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history(), walk)
+        return forecast(plan, staleness, jobs, read_runs(plan.work_dir), deadline, read_history(), walk, launch_s)
     except Exception as exc:  # noqa: BLE001 - any fault of the estimate: the run itself is unaffected
         eprint(f"aot_tune: no estimate of this run ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
                "it runs without one (please report it)")

@@ -87,12 +87,13 @@ class TuneCommand(HelpOption, Run):
         if params.get("par_type") == "process":
             raise InvalidCommand(f"{program()} tune runs its own worker processes; -P process is not supported, "
                                  "drop the option (threads are the default)")
+        started, result = time.time(), None
+        launched = self.loader.launch_s = process_age_s()  # the forecast's, as the dry run's is the run's
         if params.get("dry_run"):
             self.loader.setup(params)
             return dry_run(self.loader, args)
         self.loader.kernel_names = tuple(args)
         work_dir = Path(params.get("manifest") or "tuning.yaml").resolve().parent / WORK_DIR
-        started, launched, result = time.time(), process_age_s(), None
         reporter = None
         if params["reporter"] == "console" and not isinstance(params["outfile"], str):
             reporter = params["reporter"] = TuneReporter(params["outfile"],

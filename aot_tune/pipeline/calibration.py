@@ -33,11 +33,14 @@ DEFAULT_ENGINE_S = {"cuda": 0.004, "interpreter": 0.1}
 #: A batch's input sets and the bench task's own work around it: 5 ms a batch on the H100 host
 #: over the 832 batches of a budgeted run of the paper's whole GEMM benchmark.
 DEFAULT_BATCH_S = {"cuda": 0.005, "interpreter": 0.1}
-#: Planning, merge and generate, and the command's own start before the run: 0.1-0.6 s for this
-#: repository's kernels, plus about 1 s of doit's and aot_tune's imports.
-DEFAULT_REST_S = 1.5
-#: Of that rest, what follows the last stage (merge, generate, the exit): 0.3-0.4 s after fla-core's
-#: workloads on the H100 host, whose rest before the first stage took 6-8 s.
+#: What no stage of a run covers: planning, merge and generate, 0.1-0.6 s for this repository's
+#: kernels. The command's own start before the run is not calibrated: the forecasting process
+#: measures its own (aot_tune.pipeline.forecast), since it varies by far the most from one run to
+#: the next (a first run after ``pip install`` writes the imported packages' bytecode: 45 s on a
+#: busy 2-core CPU, against under 1 s after).
+DEFAULT_UNSTAGED_S = 1.0
+#: Of that, what follows the last stage (merge, generate, the exit): 0.3-0.4 s after fla-core's
+#: workloads on the H100 host, whose time before the first stage took 6-8 s.
 DEFAULT_REST_AFTER_S = 0.5
 #: How a kernel library's import compares with its static estimate (aot_tune.build.imports, whose
 #: constants are a quiet 2-core CPU's) where no earlier run says: on H200 hosts, 16 compile workers
@@ -52,7 +55,7 @@ IMPORT_RATIO_FLOOR_S = 0.5
 
 #: What a logged run tells the model (``Calibration``'s fields that ``observed`` reads).
 CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "compile_s_per_kb", "engine_s", "engine_extra_s",
-              "batch_s", "rest_s", "rest_after_s")
+              "batch_s", "unstaged_s", "rest_after_s")
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,8 @@ class Calibration:
     engine_s: float | None = None
     engine_extra_s: float | None = None  # on a GPU, beyond the warm-up: comparable across warmup_ms
     batch_s: float | None = None
-    rest_s: float | None = None
-    rest_after_s: float | None = None  # of the rest, what follows the last stage
+    unstaged_s: float | None = None  # what no stage covers: planning, merge, generate
+    rest_after_s: float | None = None  # of that, what follows the last stage
     import_ratio: float | None = None
     machine_runs: int = 0  # of the machine's history
     closeness: int = 0  # of those (aot_tune.runs.history.MachineKey.closeness)
@@ -116,12 +119,12 @@ class Calibration:
     def batch(self) -> float:
         return _known(self.batch_s, DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
 
-    def rest(self) -> float:
-        return _known(self.rest_s, DEFAULT_REST_S)
+    def unstaged(self) -> float:
+        return _known(self.unstaged_s, DEFAULT_UNSTAGED_S)
 
     def rest_after(self) -> float:
-        """The part of ``rest`` after the last stage: what a run's progress lines still have ahead."""
-        return min(self.rest(), _known(self.rest_after_s, DEFAULT_REST_AFTER_S))
+        """The part of ``unstaged`` after the last stage: what a run's progress lines still have ahead."""
+        return min(self.unstaged(), _known(self.rest_after_s, DEFAULT_REST_AFTER_S))
 
     def imports(self, estimate_s: float) -> float:
         """The seconds an import estimated at ``estimate_s`` takes on this machine."""
@@ -173,19 +176,19 @@ def observed(run: RunRecord) -> dict[str, float]:
     input sets, less the kernel modules' import the first one paid), the kernel modules' import
     in the workers (the specialize step beyond the start-up and the captures) against its estimate
     (``import_s``, ``import_estimate_s``), the tuning process's own imports for the exporters
-    (``main_import_s``), and the rest: the command's start before the run and the time no stage
-    covers (``time_split``'s other), less those imports, and of it what followed the last stage
-    (``rest_after_s``: merge, generate, the exit). Nothing from an entry that is not a run this
-    version logs."""
+    (``main_import_s``), and the time no stage covers (``time_split``'s other) less those imports,
+    and of it what followed the last stage (``rest_after_s``: merge, generate, the exit); not the
+    command's start before the run (``launch_s``, which the forecast measures in its own process).
+    Nothing from an entry that is not a run this version logs."""
     try:
         seconds = {name: float(value) for name, value in run.worker_seconds.items()}
         startup = seconds.get("specialize start-up") or seconds.get("fork server start-up", 0.0)
         main_import = seconds.get("main imports", 0.0)
         found = {"startup_s": startup, "device_startup_s": seconds.get("device start-up", 0.0),
-                 "rest_s": max(0.0, float(time_split(run)["other"]) + float(run.launch_s) - main_import)}
+                 "unstaged_s": max(0.0, float(time_split(run)["other"]) - main_import)}
         ends = [float(end) for stage, (_, end) in run.stages.items() if stage in STAGE_ORDER]
         if ends:
-            found["rest_after_s"] = min(found["rest_s"], max(0.0, float(run.wall_s) - max(ends) - main_import))
+            found["rest_after_s"] = min(found["unstaged_s"], max(0.0, float(run.wall_s) - max(ends) - main_import))
         imported = 0.0
         if "specialize" in run.stages and seconds.get("specialize start-up"):
             start, end = run.stages["specialize"]
@@ -213,7 +216,7 @@ def observed(run: RunRecord) -> dict[str, float]:
                 found["batch_s"] = max(0.0, held - batches + max(0.0, inputs - imported)) / int(run.batches)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return {}
-    return {name: value for name, value in found.items() if value > 0 or name in ("rest_s", "rest_after_s")}
+    return {name: value for name, value in found.items() if value > 0 or name in ("unstaged_s", "rest_after_s")}
 
 
 def machine_key(run: RunRecord) -> MachineKey:

@@ -18,15 +18,14 @@ A run is four parts, added up:
   earlier run (any fingerprint: an edit changes a compile's time far less than its config does),
   else its ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else, for a
   kernel ``aot_tune record`` saw compile, the seconds that compile took (a library's kernels
-  differ 5-8x in compile time at one size of code), else the
-  typical compile of a kernel of its code's size (the calibrated seconds per KB of the jitted
+  differ 5-8x in compile time at one size of code), else the typical compile of a kernel of its
+  code's size (the calibrated seconds per KB of the jitted
   function and the jitted functions it calls, aot_tune.build.imports.kernel_bytes: a kernel's
   compiles follow its size from kernel to kernel), spread over its configs by their estimates
   (``build.compile.expected_compile_seconds``, which the compile stage orders by too); the
-  compile deadline (``build.deadline``) caps a straggler. A launch whose
-  specialization is not captured yet is assumed to specialize as a captured launch of the same
-  class (its dtype, and which ints are 1 or divisible by 16: what Triton specializes on) does,
-  so it shares that compile; else each class is one compile per config and target.
+  compile deadline (``build.deadline``) caps a straggler. A launch whose specialization is not
+  captured yet is assumed to specialize as a captured launch of the same class (its dtype, and
+  which ints are 1 or divisible by 16) does: one compile per class, config and target.
 * **bench**: per measurement, on a GPU, the timed launches (``rep_ms`` x the share a budgeted
   search gives it, x 1.1: the engine fills a bit over ``rep_ms``) plus the engine's overhead
   (check, warm-up, probe, graph capture, kernel load); on the interpreter, that config's
@@ -34,31 +33,29 @@ A run is four parts, added up:
   ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
   shape, every config where it holds none, each timing ``ranked.SCREEN_SHARE`` of ``rep_ms`` on a
   GPU. On a GPU, the finals time up to ``select.FINALS_MAX`` configs again for
-  ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an
-  overhead per batch sent to the device worker; a config that failed to compile every time
-  before costs no measurement.
+  ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an overhead per batch sent
+  to the device worker; a config that failed to compile every time before costs no measurement.
   A bench task's seconds are spread over its model's devices (longest first). Benches stream
   behind the compiles, so the bench part is what the benches add after the compile part: they
   start once the first compile landed and the device workers are up (they start with the
   captures and import the kernels' modules side by side with the compile workers, so from the
   compiles' start they wait only for what their start-up takes beyond the compile workers'),
-  and end no sooner than the
-  last compile plus one measurement per bench (a random draw under a configs budget waits for
-  all its compiles). An adaptive search compiles on demand (aot_tune.pipeline.searching): per
+  and end no sooner than the last compile plus one measurement per bench (a random draw under a
+  configs budget waits for all its compiles). An adaptive search compiles on demand (aot_tune.pipeline.searching): per
   target, the distinct candidates not compiled yet that its stale benches needing the target
   reach if each drew the configs it is expected to measure at random (``_on_demand``), each at
   their mean predicted seconds; they are list-scheduled over the compile workers and added to
   the bench part (the searches wait for them).
-* **rest**: the command's own start (its imports, reading the manifest), planning, merge and
-  generate; and where a kernel with work exports through the project's own exporter
+* **rest**: the command's own start before the run (``launch_s``: its interpreter's start and
+  imports, measured in the forecasting process: the dry run's start is the run's), planning,
+  merge and generate; and where a kernel with work exports through the project's own exporter
   (``exports: [{to: module:function}]``), the tuning process's import of it at the merge: torch
   and triton where it reaches them (a share of the fork server's start-up, ``MAIN_*_SHARE``),
   then its modules' estimate, and the process's longer exit with them loaded.
 
 The overheads, start-ups, a compile's typical seconds (per KB of code, else per compile) and the
 import's scale are calibrated part by part (aot_tune.pipeline.calibration): from the last runs on
-the same backend in
-``.aot_tune/runs.json`` (medians), else from this machine's history of runs of any project
+the same backend in ``.aot_tune/runs.json`` (medians), else from this machine's history of runs of any project
 (aot_tune.runs.history, the closest comparable runs: same backend, device and CPU count, then
 toolchain and ``-n``), else the documented defaults. A run's progress lines then correct the
 prediction by the run's own compiles and measurements as they finish (aot_tune.runs.progress).
@@ -83,7 +80,7 @@ from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
 from aot_tune.pipeline.calibration import (  # noqa: F401 - the model's defaults, here too
     CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S, DEFAULT_DEVICE_STARTUP_S, DEFAULT_ENGINE_S, DEFAULT_REST_AFTER_S,
-    DEFAULT_REST_S, DEFAULT_STARTUP_S, Calibration, calibrate, observed)
+    DEFAULT_STARTUP_S, DEFAULT_UNSTAGED_S, Calibration, calibrate, observed)
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
@@ -149,6 +146,7 @@ class Forecast:
     compile_s: float = 0.0
     bench_s: float = 0.0
     rest_s: float = 0.0
+    launch_s: float = 0.0  # of the rest, the command's own start before the run (measured)
     rest_after_s: float = 0.0  # of the rest, what follows the last stage (the progress lines' remainder)
     compiles: list[float] = field(default_factory=list)  # each stale compile's predicted seconds
     on_demand: list[float] = field(default_factory=list)  # each expected on-demand compile's seconds
@@ -190,16 +188,18 @@ class Forecast:
 
 def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence[RunRecord] = (),
              deadline: CompileDeadline = CompileDeadline(), history: Sequence[HistoryEntry] = (),
-             walk: ImportWalk | None = None) -> Forecast:
+             walk: ImportWalk | None = None, launch_s: float = 0.0) -> Forecast:
     """Predict the run of ``plan`` on ``compile_jobs`` compile workers, calibrated by ``runs``
     (this project's) and ``history`` (the machine's: aot_tune.runs.history) (reads the caches,
     earlier outputs and the kernels' sources; runs and writes nothing). ``walk``: the kernels'
-    import walk, started earlier (``import_walk``); else it is made here."""
+    import walk, started earlier (``import_walk``); else it is made here. ``launch_s``: this
+    command's own start before it began the run (aot_tune.runs.stats.process_age_s)."""
     key = MachineKey(plan.device.backend, plan.device.key,
                      f"triton {plan.toolchain.triton}, torch {plan.toolchain.torch}", os.cpu_count() or 1,
                      max(1, compile_jobs))
     calibration = calibrate(runs, plan.device.backend, history, key)
-    result = Forecast(calibration, [], max(1, compile_jobs), {d.key: max(1, d.count) for d in plan.devices})
+    result = Forecast(calibration, [], max(1, compile_jobs), {d.key: max(1, d.count) for d in plan.devices},
+                      launch_s=launch_s)
     exhaustive: dict[str, list[tuple[float, int]]] = {}  # device -> (seconds, measurements) per stale bench
     warmups: list[tuple[float, int]] = []  # (warm-up seconds, measurements) per stale bench
     budgeted: dict[str, list[float]] = {}
@@ -277,7 +277,7 @@ def _imports(result: Forecast, walk: ImportWalk) -> None:
         if compiling and all(c > 0 for c, _ in compiling) else {}  # the compiles' mean, where every kernel's is known
     result.estimates = {"startup_s": calibration.startup(), "device_startup_s": calibration.device_startup(),
                         "compile_s": calibration.compile(), **kb, "batch_s": calibration.batch(),
-                        "rest_s": calibration.rest(), "rest_after_s": calibration.rest_after(),
+                        "unstaged_s": calibration.unstaged(), "rest_after_s": calibration.rest_after(),
                         "import_s": workers.seconds(),
                         "import_calibrated_s": result.import_s, "main_import_s": result.main_import_s}
 
@@ -332,7 +332,7 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
     result.bench_s = max(0.0, bench_end - compile_wall) + on_demand
     result.bench_tail_s += on_demand
     result.device_wait_s = device_wait
-    result.rest_s = calibration.rest() + result.main_import_s
+    result.rest_s = result.launch_s + calibration.unstaged() + result.main_import_s
     result.rest_after_s = calibration.rest_after() + result.main_import_s  # the exporters load at the merge
 
 

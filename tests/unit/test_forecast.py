@@ -87,9 +87,9 @@ def test_known_compiles_and_bench_settings_add_up_to_the_prediction(compiled_bef
     # the GPU workers start with the compile workers and import the kernel's modules side by side
     # with them: they wait only for the start-up they take beyond the compile workers' (none here)
     assert predicted.device_wait_s == max(0.0, model.DEFAULT_DEVICE_STARTUP_S["cuda"] - model.DEFAULT_STARTUP_S["cuda"])
-    assert predicted.rest_s == model.DEFAULT_REST_S
+    assert predicted.rest_s == model.DEFAULT_UNSTAGED_S
     assert predicted.predicted_s == pytest.approx(model.DEFAULT_STARTUP_S["cuda"] + predicted.import_s + 4.0 + tail
-                                                  + model.DEFAULT_REST_S)
+                                                  + model.DEFAULT_UNSTAGED_S)
 
 
 @pytest.mark.parametrize("budget, expected", [(1, 2), (2, 3)])
@@ -156,7 +156,7 @@ def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
     assert calibration.compile_s == 0.8  # 8 s over 10 compiles
     assert calibration.engine_s == pytest.approx((11.0 - 1.0 - 5.0) / 100)  # 90 ok + 10 baselines measured
     assert calibration.batch_s == pytest.approx((12.0 - 11.0 + 1.0) / 20)
-    assert calibration.rest_s == pytest.approx(30.0 - 24.0)  # what no stage covers
+    assert calibration.unstaged_s == pytest.approx(30.0 - 24.0)  # what no stage covers
     assert calibration.rest_after_s == pytest.approx(30.0 - 29.0)  # of it, what followed the last stage
 
     plan, staleness = plan_of(compiled_before)
@@ -165,7 +165,7 @@ def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
     assert calibrated.startup_s == 3.0 + calibrated.import_s and calibrated.rest_s == pytest.approx(6.0)
     # the progress lines come after the planning: what they still have ahead is the rest after the stages
     assert calibrated.rest_after_s == pytest.approx(1.0)
-    assert default.rest_after_s == pytest.approx(model.DEFAULT_REST_AFTER_S) and default.rest_s == model.DEFAULT_REST_S
+    assert default.rest_after_s == pytest.approx(model.DEFAULT_REST_AFTER_S) and default.rest_s == model.DEFAULT_UNSTAGED_S
     task = (3 * (1e-3 * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s
             + 3 * (1e-3 * FINALS_SHARE * model.TIMED_STRETCH + calibration.engine_s) + calibration.batch_s)  # the finals
     assert calibrated.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})

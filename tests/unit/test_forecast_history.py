@@ -27,7 +27,7 @@ MANIFEST = vector_add_manifest("""\
 H100 = DeviceModel("cuda", "h100-sxm", "NVIDIA H100 80GB HBM3", "9.0", 1)
 #: What runs of other kernels on this machine observed.
 MACHINE = {"startup_s": 6.0, "device_startup_s": 3.0, "compile_s": 0.5, "engine_s": 0.02, "batch_s": 0.3,
-           "rest_s": 2.0}
+           "unstaged_s": 2.0}
 
 
 def fresh(tmp_path, manifest: str = MANIFEST):
@@ -60,7 +60,7 @@ def test_a_fresh_project_is_forecast_from_the_machines_runs_of_other_kernels(tmp
     assert sum(told.compiles) / len(told.compiles) == pytest.approx(0.5)
     assert sum(bare.compiles) / len(bare.compiles) == pytest.approx(model.DEFAULT_COMPILE_S)
     assert told.startup_s == pytest.approx(6.0 + told.import_s + told.kernels[0].to_capture * model.CAPTURE_S / 2)
-    assert told.rest_s == 2.0 and bare.rest_s == model.DEFAULT_REST_S
+    assert told.rest_s == 2.0 and bare.rest_s == model.DEFAULT_UNSTAGED_S
     assert list(told.bench_seconds.values()) == pytest.approx([3 * 0.02 + 0.3] * 2)  # 3 configs, one batch
     assert "3 runs in the machine's history (this machine, device, toolchain and -n)" in calibration.described()
     assert "uncalibrated" in bare.calibration.described()
@@ -111,7 +111,7 @@ def test_a_projects_own_exporter_costs_the_tuning_process_its_imports(tmp_path):
     # torch and triton (a share of the fork server's imports), then the modules they reach, and the
     # tuning process's longer exit with them loaded
     assert told.main_import_s == pytest.approx((0.35 * told.calibration.startup() + told.import_s) * 1.25, abs=0.01)
-    assert told.rest_s == pytest.approx(model.DEFAULT_REST_S + told.main_import_s)
+    assert told.rest_s == pytest.approx(model.DEFAULT_UNSTAGED_S + told.main_import_s)
     assert told.estimates["main_import_s"] == told.main_import_s
     compiled = tmp_path / "exporter.py"  # a torch.compile at import: torch's dynamo and inductor too
     compiled.write_text("import torch\n\n\ndef write(entries, info):\n    return ''\n\n\nfast = torch.compile(write)\n")
@@ -167,7 +167,8 @@ def test_what_a_run_observed_part_by_part():
     assert seen["compile_s"] == 0.5  # 20 s over 40 compiles
     assert seen["compile_s_per_kb"] == pytest.approx(0.5 / 0.8)  # of a kernel of 0.8 KB of code
     assert seen["main_import_s"] == 6.0
-    assert seen["rest_s"] == pytest.approx(30.0 - 20.5 + 0.8 - 6.0)  # what no stage covers, the launch, less imports
+    assert seen["unstaged_s"] == pytest.approx(30.0 - 20.5 - 6.0)  # what no stage covers, less imports; not the launch
+    assert "launch_s" not in seen
     assert seen["rest_after_s"] == pytest.approx(30.0 - 21.0 - 6.0)  # after the last stage, less the exporters' imports
     assert seen["engine_s"] == pytest.approx((6.5 - 4.5) / 104)
     # the device held beyond its batches, and their inputs less the import the first one paid
@@ -185,3 +186,16 @@ def test_a_finished_run_joins_the_machines_history(tmp_path):
     assert entry.predicted["import_s"] == 4.0
     assert not calibrating.remember(logged(ok=False), path)  # a failed run tells nothing
     assert len(read_history(path)) == 1
+
+
+def test_the_commands_own_start_is_measured_where_it_forecasts_not_taken_from_other_runs(tmp_path):
+    """A first run after ``pip install`` spent 45 s before the run began (the packages' bytecode
+    written on a busy 2-core CPU); the next forecast must not expect that again: the rest is the
+    calibrated time no stage covers plus the forecasting command's own start, measured."""
+    plan, staleness = fresh(tmp_path)
+    first = logged(launch_s=45.2)
+    assert calibrating.observed(first)["unstaged_s"] == calibrating.observed(logged())["unstaged_s"]
+    history = others(key_of(plan))
+    told = model.forecast(plan, staleness, 2, history=history, launch_s=0.7)
+    assert told.launch_s == 0.7 and told.rest_s == pytest.approx(0.7 + 2.0)
+    assert told.predicted_s == pytest.approx(model.forecast(plan, staleness, 2, history=history).predicted_s + 0.7)
