@@ -16,11 +16,11 @@ from aot_tune.cache import read_cache, read_record, record_full_shape, write_cac
 
 # Time under the interpreter grows with the programs a launch runs, so BLOCK_SIZE ranks the
 # configs; the constraints keep one block spanning the whole vector and then only blocks of a
-# quarter of it or less. The fastest two can still tie: at 32000, one block of 32768 and 8 of
-# 4096 timed within 5% of each other and swapped places between runs. So the retune's pick is
-# judged by the exhaustive run's times: within PICK_TOLERANCE of its best, a margin for the
-# interpreter's noise on a loaded 2-core host that the configs behind those two (1.8x and more
-# slower) do not reach.
+# quarter of it or less. The leaders still swap places: over 30 launches on a 2-core CPU, one
+# block of 32768 took 3.5-73.5 ms (median 5.5), 8 blocks of 4096 8.5-15.6 ms, and 16 of 2048
+# 14.9-27.0 ms, so a median of the 3 runs the interpreter times read 28 ms for the first on a
+# busy host. The retune's pick is judged by the exhaustive run's times, within PICK_TOLERANCE of
+# its best: one of the leaders, not a config of 32 blocks or more (2.4x the best and slower).
 MANIFEST = vector_add_manifest("""\
     space:
       BLOCK_SIZE: [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -34,7 +34,7 @@ MANIFEST = vector_add_manifest("""\
 RANKED = MANIFEST + "    search: {strategy: ranked}\n"
 OLD_TRITON = "3.0.0"
 CONFIGS = {1000: 5, 16002: 9, 32000: 10}  # the constraints' candidates per shape
-PICK_TOLERANCE = 1.3
+PICK_TOLERANCE = 2.0
 
 
 def tune(project: Path) -> subprocess.CompletedProcess:
