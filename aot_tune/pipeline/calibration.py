@@ -27,6 +27,11 @@ DEFAULT_DEVICE_STARTUP_S = {"cuda": 1.0, "interpreter": 2.0}
 #: 2-core CPU; on the H100 host, 16 at a time, 0.37 s a compile over the paper's GEMM space and
 #: 0.31 s over this repository's manifest.
 DEFAULT_COMPILE_S = 0.35
+#: The same per KB of the kernel's code (aot_tune.build.imports.kernel_bytes), where its size is
+#: known: on a 2-core CPU, 0.25-0.44 s a KB for this repository's kernels (0.3-1.5 KB) and 0.37
+#: for three of fla-core's delta-rule kernels (3.5 KB on average, compiles of 0.3-6 s), whose
+#: compiles the flat default put at a quarter of what they took.
+DEFAULT_COMPILE_S_PER_KB = 0.35
 #: A measurement beyond its timed launches: on a GPU, the check, probe, capture and load on top
 #: of ``warmup_ms`` (about 5 ms on the H100 host); on the interpreter, the whole measurement.
 DEFAULT_ENGINE_S = {"cuda": 0.004, "interpreter": 0.1}
@@ -91,7 +96,8 @@ class Calibration:
     def compile(self, kernel_kb: float = 0.0) -> float:
         """A typical compile of a kernel of ``kernel_kb`` KB of code (0: not known), none of whose
         configs is recorded: from this project's runs, per KB where they tell it, else per
-        compile; then likewise from the machine's history; else the default."""
+        compile; then likewise from the machine's history; else the default, per KB where the
+        size is known."""
         for origin in ("project", "machine"):
             if kernel_kb > 0 and self.compile_s_per_kb is not None and self.sources.get("compile_s_per_kb") == origin:
                 return self.compile_s_per_kb * kernel_kb
@@ -99,7 +105,9 @@ class Calibration:
                 return self.compile_s
         if kernel_kb > 0 and self.compile_s_per_kb is not None:  # a calibration made without sources
             return self.compile_s_per_kb * kernel_kb
-        return _known(self.compile_s, DEFAULT_COMPILE_S)
+        if self.compile_s is not None:
+            return self.compile_s
+        return DEFAULT_COMPILE_S_PER_KB * kernel_kb if kernel_kb > 0 else DEFAULT_COMPILE_S
 
     def engine(self, settings: BenchSettings) -> float:
         """A measurement's seconds beyond its timed launches; on a GPU, the kernel's

@@ -79,8 +79,8 @@ from aot_tune.build.imports import ImportWalk, kernel_bytes
 from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
 from aot_tune.pipeline.calibration import (  # noqa: F401 - the model's defaults, here too
-    CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S, DEFAULT_DEVICE_STARTUP_S, DEFAULT_ENGINE_S, DEFAULT_REST_AFTER_S,
-    DEFAULT_STARTUP_S, DEFAULT_UNSTAGED_S, Calibration, calibrate, observed)
+    CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S, DEFAULT_COMPILE_S_PER_KB, DEFAULT_DEVICE_STARTUP_S,
+    DEFAULT_ENGINE_S, DEFAULT_REST_AFTER_S, DEFAULT_STARTUP_S, DEFAULT_UNSTAGED_S, Calibration, calibrate, observed)
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord

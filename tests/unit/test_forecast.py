@@ -179,8 +179,10 @@ def test_uncaptured_launches_share_a_compile_per_specialization_class(tmp_path):
     predicted = model.forecast(plan, staleness, 2)
     (work,) = predicted.kernels
     assert (work.compiles_stale, work.compiles_total, work.estimated, work.to_capture) == (6, 6, 6, 9)
-    # nothing recorded: the typical compile on average, the larger blocks (a larger estimate) slower
-    assert sum(predicted.compiles) / 6 == pytest.approx(model.DEFAULT_COMPILE_S)
+    # nothing recorded: the typical compile of its code's size on average, the larger blocks (a
+    # larger estimate) slower
+    assert work.code_kb > 0
+    assert sum(predicted.compiles) / 6 == pytest.approx(model.DEFAULT_COMPILE_S_PER_KB * work.code_kb)
     by_block = {key[2]: seconds for key, seconds in predicted.compile_seconds.items()}
     blocks = {c.id: c.as_dict()["BLOCK_SIZE"] for c in plan.kernels[0].spec.space.configs_for({})}
     assert sorted(by_block, key=by_block.get) == sorted(blocks, key=blocks.get)

@@ -58,7 +58,7 @@ def test_a_fresh_project_is_forecast_from_the_machines_runs_of_other_kernels(tmp
     assert {calibration.sources[name] for name in MACHINE} == {"machine"}
     # the machine's typical compile on average, not the default
     assert sum(told.compiles) / len(told.compiles) == pytest.approx(0.5)
-    assert sum(bare.compiles) / len(bare.compiles) == pytest.approx(model.DEFAULT_COMPILE_S)
+    assert sum(bare.compiles) / len(bare.compiles) == pytest.approx(model.DEFAULT_COMPILE_S_PER_KB * bare.kernels[0].code_kb)
     assert told.startup_s == pytest.approx(6.0 + told.import_s + told.kernels[0].to_capture * model.CAPTURE_S / 2)
     assert told.rest_s == 2.0 and bare.rest_s == model.DEFAULT_UNSTAGED_S
     assert list(told.bench_seconds.values()) == pytest.approx([3 * 0.02 + 0.3] * 2)  # 3 configs, one batch
