@@ -85,11 +85,15 @@ def run_summary(stats: RunStats) -> str:
 
 
 def end_to_end(stats: RunStats, wall_s: float) -> str:
-    """The run's last line: its wall time against its floor, the most it could not beat however
-    well stages overlap: the seconds spent compiling spread over every compile worker, the slowest
-    valid compile (it runs on one core), and the timed kernel launches spread over the devices.
-    Start-ups (imports, CUDA) are not in the floor: they are what overlapping should hide. Then
-    what the run predicted at its start, where it made a prediction."""
+    """The run's last line: the command's wall time (``wall_s`` from the run's start, plus the
+    command's own start before it, ``stats.launch_s``, which the prediction counts too) against
+    its floor, the most it could not beat however well stages overlap: the seconds spent
+    compiling spread over every compile worker, the slowest valid compile (it runs on one core),
+    and the timed kernel launches spread over the devices. Start-ups (imports, CUDA) are not in
+    the floor: they are what overlapping should hide. Then what the run predicted at its start,
+    where it made a prediction."""
+    launched = stats.launch_s
+    wall_s += launched
     seconds = stats.seconds
     jobs = stats.compile_jobs
     spread = seconds["compiling"] / jobs
@@ -100,7 +104,8 @@ def end_to_end(stats: RunStats, wall_s: float) -> str:
              f"slowest valid compile {seconds['slowest valid compile']:.1f}s",
              f"timed launches {timed:.1f}s" + (f" a device ({devices})" if devices > 1 else "")]
     ratio = f"{wall_s / floor:.1f}x the floor" if floor >= 0.05 else "no floor to compare with"
-    line = f"end to end: {wall_s:.1f}s wall, floor {floor:.1f}s (the most of: {'; '.join(parts)}): {ratio}"
+    started = f" ({launched:.1f}s of it the command's start)" if launched >= 0.05 else ""
+    line = f"end to end: {wall_s:.1f}s wall{started}, floor {floor:.1f}s (the most of: {'; '.join(parts)}): {ratio}"
     if stats.predicted_s is None:
         return line
     predicted = ", ".join(f"{part} {spent:.1f}" for part, spent in stats.predicted.items())

@@ -58,6 +58,14 @@ def test_end_to_end_names_the_floor_and_the_ratio():
     assert line.endswith(": 4.4x the floor")
 
 
+def test_end_to_end_counts_the_commands_own_start_as_the_prediction_does():
+    stats = session(**{"compiling": 149.4, "slowest valid compile": 3.0, "measured": 7.0, "measured baselines": 0.8})
+    stats.launch_s = 1.2
+    line = end_to_end(stats, 39.6)
+    assert line.startswith("end to end: 40.8s wall (1.2s of it the command's start), floor 9.3s (")
+    assert line.endswith(": 4.4x the floor")
+
+
 def test_end_to_end_floor_is_the_slowest_compile_when_it_dominates():
     line = end_to_end(session(**{"compiling": 20.0, "slowest valid compile": 12.5, "measured": 2.0}), 25.0)
     assert "floor 12.5s" in line and line.endswith("2.0x the floor")
