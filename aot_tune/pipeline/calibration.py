@@ -40,9 +40,10 @@ DEFAULT_ENGINE_S = {"cuda": 0.004, "interpreter": 0.1}
 DEFAULT_BATCH_S = {"cuda": 0.005, "interpreter": 0.1}
 #: What no stage of a run covers: planning, merge and generate, 0.1-0.6 s for this repository's
 #: kernels. The command's own start before the run is not calibrated: the forecasting process
-#: measures its own (aot_tune.pipeline.forecast), since it varies by far the most from one run to
-#: the next (a first run after ``pip install`` writes the imported packages' bytecode: 45 s on a
-#: busy 2-core CPU, against under 1 s after).
+#: measures its own (aot_tune.pipeline.forecast, aot_tune.runs.stats.process_age_s), as a dry run
+#: starts as the run does; a run's start is what varies most between runs and machines (0.2-0.6 s
+#: here, seconds on a GPU host's cold disk), and a run that counted it wrong once (45 s: a
+#: shell's ``pip install`` before it) set the forecasts of other projects after it.
 DEFAULT_UNSTAGED_S = 1.0
 #: Of that, what follows the last stage (merge, generate, the exit): 0.3-0.4 s after fla-core's
 #: workloads on the H100 host, whose time before the first stage took 6-8 s.

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from aot_tune.runs.progress import Progress
+
+#: When this module was imported (early in a command: the commands import it), by the wall clock
+#: and by the process's own CPU time.
+_IMPORTED = (time.time(), time.process_time())
 
 
 @dataclass
@@ -63,11 +68,20 @@ class RunStats:
 
 
 def process_age_s() -> float:
-    """How long ago this process started (its interpreter's start, imports, the manifest read before
-    a run begins); 0.0 where the system does not tell (only Linux's /proc is read)."""
+    """How long ago this command started (its interpreter's start, imports, the manifest read
+    before a run begins). The process's own start (Linux's /proc) is not the command's where a
+    shell ran other work first and then replaced itself with the command: ``bash -c "pip install
+    ... && doit tune"`` runs doit in bash's own process (its last command is exec'd), whose start
+    was before the install (41 s before, in a fresh virtual environment). So the age counts from
+    this module's import, plus the CPU time the process had used before it (the interpreter's
+    start and the first imports; a shell waiting for its children uses next to none), and never
+    more than the process's age where the system tells it (only Linux's /proc is read)."""
+    wall, cpu = _IMPORTED
+    age = cpu + time.time() - wall
     try:
         with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
             started = int(stat.read().rpartition(")")[2].split()[19]) / os.sysconf("SC_CLK_TCK")
-            return max(0.0, float(uptime.read().split()[0]) - started)
+            age = min(age, float(uptime.read().split()[0]) - started)
     except (OSError, ValueError, IndexError, AttributeError):
-        return 0.0
+        pass
+    return max(0.0, age)

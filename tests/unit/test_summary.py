@@ -1,13 +1,20 @@
-"""The run summary's bench lines: the share of timed launches counts the configs' and the
-baselines', and the split of the device time the benches held adds up to it."""
+"""The run summary's lines: the share of timed launches counts the configs' and the baselines',
+the split of the device time the benches held adds up to it, and the end-to-end line counts the
+command's own start."""
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 from aot_tune.pipeline.forecast import Calibration, Forecast
 from aot_tune.runs.stats import RunStats
 from aot_tune.runs.summary import bench_timing, end_to_end, run_record
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def session(**seconds) -> RunStats:
@@ -99,3 +106,13 @@ def test_the_run_log_keeps_the_prediction_beside_the_wall_time():
     assert record.worker_seconds["device start-up"] == 0.5  # the device pool's, from asked to up
     ran = with_prediction(ran, None)  # a run that predicted nothing
     assert run_record(ran, 1000.0, 1040.8, ok=True).predicted_s is None
+
+
+def test_the_commands_start_is_not_the_shells_that_ran_other_work_first():
+    """``bash -c "pip install ... && doit tune"`` execs doit in bash's own process, which started
+    before the install: the command's start is still its own (a 3 s sleep stands for the install)."""
+    probe = "from aot_tune.runs.stats import process_age_s; print(process_age_s())"
+    script = f"sleep 3 && {shlex.quote(sys.executable)} -c {shlex.quote(probe)}"
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert ran.returncode == 0, ran.stderr
+    assert 0.0 < float(ran.stdout) < 2.0, ran.stdout
