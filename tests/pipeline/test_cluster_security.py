@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -179,16 +180,31 @@ def test_the_worker_launcher_refuses_plain_tcp_and_a_remote_scheduler_without_a_
 def strangers_cannot_connect(address: str, other_ca: TlsFiles) -> None:
     """A Client without the cluster's credentials fails, quickly, three ways: no certificates,
     plain TCP to the TLS port, and certificates of another CA."""
-    from distributed import Client
-
     port = address.rsplit(":", 1)[1]
     for target, extra in ((address, {}), (f"tcp://127.0.0.1:{port}", {}),
                           (address, {"security": other_ca.security("client")})):
         began = time.monotonic()
         with pytest.raises((TypeError, OSError, TimeoutError)):  # no SSL context, reset, wrong certificate
+            stranger(target, extra)
+        assert time.monotonic() - began < 45, target
+
+
+def stranger(target: str, extra: dict) -> None:
+    """A Client's attempt on ``target``. Before it connects, distributed starts the Client's own
+    IO loop in a thread and gives up on it after 10 s with a bare AssertionError: that happened
+    twice in this suite's full runs on a 2-core CPU (never in this test alone), with nothing
+    contacted yet, so that one failure is tried again, twice at most."""
+    from distributed import Client
+
+    for attempt in range(3):
+        try:
             with Client(target, timeout=3, set_as_default=False, **extra) as client:
                 client.run(os.getpid)  # never reached
-        assert time.monotonic() - began < 30, target
+            return
+        except AssertionError as err:
+            started = [frame.name for frame in traceback.extract_tb(err.__traceback__)]
+            if "_start_unlocked" not in started or attempt == 2:
+                raise
 
 
 def test_the_local_cluster_speaks_tls_on_loopback_only_with_no_dashboard(tmp_path, certificates):
