@@ -18,7 +18,6 @@ import time
 import traceback
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 from tunerun import make_project, subprocess_env, tune, vector_add_manifest
