@@ -197,8 +197,7 @@ def compile_config(request: CompileRequest, config_id: str, *, stop_early: bool 
     triton_compat.pin_environment()
     result = CompileResult(request.kernel, config_id, request.target)
     kernel_fn, launch, make_inputs = load_kernel_module_attrs(
-        request.root, (request.kernel_ref, request.launch_ref, request.inputs_ref)
-    )
+        request.root, request.kernel_ref, request.launch_ref, request.inputs_ref)
     arch = triton_compat.parse_target(request.target)
     limit = triton_compat.shared_memory_limit(arch)
     counter = triton_compat.CacheHitCounter()

@@ -53,8 +53,15 @@ def import_ahead(imports: Sequence[tuple[str, str]]) -> None:
             pass
 
 
-def load_kernel_module_attrs(root: str, refs: Sequence[str]) -> list[Any]:
-    return [resolve(root, ref) for ref in refs]
+def load_kernel_module_attrs(root: str, kernel_ref: str, launch_ref: str, inputs_ref: str) -> tuple[Any, Any, Any]:
+    """The kernel, its launch function and its input builder. The launcher first: one bound to the
+    manifest's folder may provide the kernel without importing its module (a recorded kernel
+    rebuilt from its recorded source: aot_tune.record.replay), and the kernel is imported only
+    where it does not."""
+    launch, make_inputs = resolve(root, launch_ref), resolve(root, inputs_ref)
+    provided = getattr(launch, "provided_kernel", None)
+    kernel = provided(kernel_ref) if callable(provided) else None
+    return (kernel if kernel is not None else resolve(root, kernel_ref)), launch, make_inputs
 
 
 def autotuned_launch(kernel: str, kernel_ref: str, launch_ref: str) -> TuneError:

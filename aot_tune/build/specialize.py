@@ -96,7 +96,7 @@ def capture(request: SpecializeRequest) -> SpecializeResult:
 
     triton_compat.pin_environment()
     kernel_fn, launch, make_inputs = load_kernel_module_attrs(
-        request.root, (request.kernel_ref, request.launch_ref, request.inputs_ref))
+        request.root, request.kernel_ref, request.launch_ref, request.inputs_ref)
     result = SpecializeResult(request.target)
     start = time.perf_counter()
     refused = autotuned_launch(request.kernel, request.kernel_ref, request.launch_ref)

@@ -167,7 +167,7 @@ class ManifestLoader(TaskLoader2):
         devices = plan.devices
         if cluster is not None:
             try:
-                refs = [ref for kp in plan.kernels for ref in kp.spec.module_refs]
+                refs = [ref for kp in plan.kernels for ref in plan.worker_refs(kp)]
                 cluster.use_project(plan.manifest.root, refs, plan.triton_cache_dir)
             except TuneError as err:
                 cluster.close()
@@ -180,6 +180,8 @@ class ManifestLoader(TaskLoader2):
             note = plan.compile_only_note()
             if note:
                 eprint(f"aot_tune: {note}")
+            for line in plan.stale_sources_note():
+                eprint(f"aot_tune: note: {line}")
             for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
             working = may_have_work(plan, staleness)  # a no-op run predicts nothing, and starts no worker

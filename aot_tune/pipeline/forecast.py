@@ -258,7 +258,7 @@ def import_walk(plan: Plan, staleness: Staleness) -> ImportWalk:
     """Start reading what the kernels with work import (aot_tune.build.imports): the workers'
     modules, and the tuning process's own exporters (which a merge runs)."""
     busy = kernels_with_work(plan, staleness)
-    refs = {ref for kp in busy for ref in (*kp.spec.module_refs, kp.spec.vendor) if ref}
+    refs = {ref for kp in busy for ref in (*plan.worker_refs(kp), kp.spec.vendor) if ref}
     exporters = sorted({e.to.partition(":")[0] for kp in busy for e in kp.spec.exports if ":" in e.to})
     return ImportWalk(plan.manifest.root, sorted({ref.partition(":")[0] for ref in refs}), exporters)
 

@@ -213,6 +213,25 @@ class Plan:
     def triton_cache_dir(self) -> Path:
         return self.work_dir / "triton-cache"
 
+    def worker_refs(self, kp: KernelPlan) -> tuple[str, ...]:
+        """The ``module:attr`` a worker imports for a kernel (the workers as they start; the
+        forecast prices them): its references, less a recorded kernel that the stages rebuild from
+        its recorded source instead of importing its library (aot_tune.record.replay)."""
+        if self._why_imported(kp) is None:
+            return tuple(ref for ref in kp.spec.module_refs if ref != kp.spec.kernel)
+        return kp.spec.module_refs
+
+    def stale_sources_note(self) -> list[str]:
+        """A line for each recorded kernel whose recorded source no longer matches its installed
+        library: the stages import the library instead (slower, still right)."""
+        return [f"{kp.spec.name}: the stages import {kp.spec.kernel.partition(':')[0]}: {why}"
+                for kp in self.kernels if (why := self._why_imported(kp)) and "stale" in why]
+
+    def _why_imported(self, kp: KernelPlan) -> str | None:
+        if not kp.spec.launch.startswith(f"{replay.__name__}:"):
+            return "not a recorded kernel"
+        return replay.why_imported(str(self.manifest.root), kp.spec.kernel)
+
     @cached_property
     def toolchain(self) -> Toolchain:
         return Toolchain.installed()

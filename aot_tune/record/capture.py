@@ -21,6 +21,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from aot_tune.triton_compat import kernel_source
 from aot_tune.triton_compat.autotuner_hook import config_values, tl_dtype_name, watch, watch_compiles
 from aot_tune.record.recording import INT_VALUES, SMALL_FLOATS, Argument, RecordedLaunch, TensorSpec
 
@@ -43,6 +44,7 @@ class Recorder:
         self._refused: set[str] = set()
         self._kernels: dict[int, str] = {}  # id(tuner) -> its module:attr
         self._functions: dict[int, str] = {}  # id(the Python function beneath it) -> the same
+        self._sourced: dict[str, bool] = {}  # kernel -> whether it has a source (written once a process)
         self._target: str | None = None
         self._lock = threading.Lock()
 
@@ -60,6 +62,8 @@ class Recorder:
             arguments = _arguments(named, stats=True)
             grids = _grids(tuner, named, kwargs.get("grid"))
             _check_key(key)
+            sourced = self._source(tuner, ref)
+            heuristics = _heuristics(tuner, named, options) if sourced else None
             before = _snapshot(named)
         except Unrecordable as reason:
             self._refuse(_name(tuner), str(reason))
@@ -71,7 +75,8 @@ class Recorder:
         def done() -> None:
             try:
                 written = tuple(name for name, copy in before.items() if not _same(named[name], copy))
-                launch = RecordedLaunch(arguments, grids, key, config_values(config), chosen_by, written, options)
+                launch = RecordedLaunch(arguments, grids, key, config_values(config), chosen_by, written, options,
+                                        heuristics)
                 if self._target is None:
                     self._target = _target(named)
                     if self._target:
@@ -88,6 +93,28 @@ class Recorder:
             ref = self._kernels[id(tuner)] = _importable_ref(tuner)
             self._functions[id(_python_function(tuner))] = ref
         return ref
+
+    def _source(self, tuner: Any, ref: str) -> bool:
+        """Write the kernel's Triton source once (or why it has none); whether it has one."""
+        with self._lock:
+            known = self._sourced.get(ref)
+        if known is not None:
+            return known
+        try:
+            if tuner.user_defined_pre_hook or tuner.user_defined_post_hook:
+                raise kernel_source.SourceUnsupported("its autotuner runs hooks of the library's own")
+            if any(getattr(c, "pre_hook", None) is not None for c in tuner.configs):
+                raise kernel_source.SourceUnsupported("a config of its autotuner runs a pre_hook")
+            layers = kernel_source.heuristic_layers(tuner)
+            line = {"kernel": ref, "source": kernel_source.capture(layers[-1].fn if layers else tuner.fn)}
+        except kernel_source.SourceUnsupported as reason:
+            line = {"kernel": ref, "refused": str(reason)}
+        with self._lock:
+            if ref in self._sourced:
+                return self._sourced[ref]
+            self._sourced[ref] = "source" in line
+        self._append({"source": line})
+        return "source" in line
 
     def compiled(self, jit_function: Any, seconds: float | None) -> None:
         """A compile that Triton's cache did not serve: of a recorded kernel, the seconds Triton
@@ -229,6 +256,20 @@ def _grids(tuner: Any, named: dict[str, Any], grid: Any) -> tuple[tuple[int, ...
         except Exception:  # this config's grid cannot be computed: a replay of it is refused
             grids.append(None)
     return tuple(grids)
+
+
+def _heuristics(tuner: Any, named: dict[str, Any], options: dict[str, Any]) -> tuple[dict | None, ...]:
+    """Per config, what the heuristics beneath the autotuner compute for this launch, as the
+    replay of the kernel's source passes them (None where one fails or is not a plain value)."""
+    layers = kernel_source.heuristic_layers(tuner)
+    values: list[dict | None] = []
+    for config in tuner.configs:
+        try:
+            computed = kernel_source.heuristic_values(layers, {**named, **options, **config_values(config)})
+            values.append(computed if all(_is_scalar(v) for v in computed.values()) else None)
+        except Exception:  # a heuristic that fails here fails the library's own launch of this config too
+            values.append(None)
+    return tuple(values)
 
 
 def _check_key(key: tuple) -> None:

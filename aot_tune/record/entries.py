@@ -70,6 +70,7 @@ def read_raw(path: str | os.PathLike) -> Raw:
     kernels: dict[str, RecordedKernel] = {}
     refused: list[str] = []
     compiles: dict[str, list[float]] = defaultdict(list)
+    sources: dict[str, dict] = {}
     target = ""
     text = Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
     for line in text.splitlines():
@@ -83,6 +84,9 @@ def read_raw(path: str | os.PathLike) -> Raw:
         if "refused" in item:
             refused.append(f"{item['refused']['kernel']}: {item['refused']['reason']}")
             continue
+        if "source" in item:  # each process writes one before the kernel's first launch: the first kept
+            sources.setdefault(str(item["source"]["kernel"]), item["source"])
+            continue
         if "compiled" in item:  # the compile runs inside the launch: its line comes before the launch's
             compiles[str(item["compiled"]["kernel"])].append(float(item["compiled"]["seconds"]))
             continue
@@ -91,6 +95,8 @@ def read_raw(path: str | os.PathLike) -> Raw:
         launch = RecordedLaunch.from_json(item["launch"])
         known = kernels.setdefault(kernel.ref, kernel)
         known.launches.setdefault(launch.launch_id(kernel.ref), launch)
+    kernels = {ref: replace(k, source=sources[ref].get("source"), source_refused=str(sources[ref].get("refused", "")))
+               if ref in sources else k for ref, k in kernels.items()}
     if target:
         kernels = {ref: replace(k, compile_s={target: round(statistics.median(compiles[ref]), 3)})
                    if compiles.get(ref) else k for ref, k in kernels.items()}

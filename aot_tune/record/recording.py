@@ -115,6 +115,9 @@ class RecordedLaunch:
     chosen_by: str  # "library": its own cache held it; "first": its first config after pruning
     written: tuple[str, ...]
     options: dict = field(default_factory=dict)  # launch keywords beyond the arguments
+    #: Per config, what the kernel's ``@triton.heuristics`` beneath the autotuner computed for this
+    #: launch (None where one failed), for a replay of its recorded source; None: not recorded.
+    heuristics: tuple[dict | None, ...] | None = None
 
     def launch_id(self, kernel: str) -> str:
         identity = {"kernel": kernel, "arguments": [a.as_json(identity=True) for a in self.arguments],
@@ -145,18 +148,30 @@ class RecordedLaunch:
     def as_json(self) -> dict:
         grids = [list(g) if g is not None else None for g in self.grids]
         distinct = sorted({json.dumps(g) for g in grids})
-        return {"arguments": [a.as_json() for a in self.arguments], "grids": [json.loads(g) for g in distinct],
+        data = {"arguments": [a.as_json() for a in self.arguments], "grids": [json.loads(g) for g in distinct],
                 "grid_of_config": [distinct.index(json.dumps(g)) for g in grids], "key": list(self.key),
                 "library_config": self.library_config, "chosen_by": self.chosen_by, "written": list(self.written),
                 "options": self.options}
+        if self.heuristics is not None:  # absent where none was recorded: a recording made before keeps its bytes
+            values = [_dumps(h) for h in self.heuristics]
+            distinct = sorted(set(values))
+            data["heuristics"] = [json.loads(h) for h in distinct]
+            data["heuristics_of_config"] = [distinct.index(h) for h in values]
+        return data
 
     @staticmethod
     def from_json(data: Mapping) -> "RecordedLaunch":
         grids = [tuple(g) if g is not None else None for g in data["grids"]]
+        heuristics = None
+        if "heuristics" in data:
+            values = [dict(h) if h is not None else None for h in data["heuristics"]]
+            heuristics = tuple(values[i] for i in data["heuristics_of_config"])
+            if len(heuristics) != len(data["grid_of_config"]):
+                raise ValueError("a launch's heuristics do not match its configs")
         return RecordedLaunch(tuple(Argument.from_json(a) for a in data["arguments"]),
                               tuple(grids[i] for i in data["grid_of_config"]), tuple(data["key"]),
                               dict(data["library_config"]), str(data["chosen_by"]), tuple(data["written"]),
-                              dict(data.get("options") or {}))
+                              dict(data.get("options") or {}), heuristics)
 
 
 @dataclass(frozen=True)
@@ -173,15 +188,23 @@ class RecordedKernel:
     hooks: tuple[str, ...] = ()  # which of pre_hook / post_hook / prune_configs_by the decorator sets
     launches: dict[str, RecordedLaunch] = field(default_factory=dict)
     compile_s: dict[str, float] = field(default_factory=dict)
+    #: The kernel's Triton source (``triton_compat.kernel_source.capture``), which the stages rebuild
+    #: instead of importing the library; None with ``source_refused`` saying why where it cannot be.
+    source: dict | None = None
+    source_refused: str = ""
 
     def same_decorator(self, other: "RecordedKernel") -> bool:
         return (self.ref, self.key, self.configs) == (other.ref, other.key, other.configs)
 
     def merged(self, other: "RecordedKernel") -> "RecordedKernel":
         """These launches and the other's new ones (a launch recorded before keeps its record), and
-        so the compile seconds of each target."""
+        so the compile seconds of each target; the other's source, where it recorded one (the
+        newer recording: an upgraded library's)."""
+        source, refused = (other.source, other.source_refused) if other.source or other.source_refused \
+            else (self.source, self.source_refused)
         return RecordedKernel(self.ref, self.key, self.configs, self.reset_to_zero, self.restore_value, self.hooks,
-                              {**other.launches, **self.launches}, {**other.compile_s, **self.compile_s})
+                              {**other.launches, **self.launches}, {**other.compile_s, **self.compile_s},
+                              source, refused)
 
     def as_json(self) -> dict:
         data = {"format": FORMAT, "kernel": self.ref, "key": list(self.key), "configs": list(self.configs),
@@ -190,6 +213,10 @@ class RecordedKernel:
                 "launches": {lid: launch.as_json() for lid, launch in sorted(self.launches.items())}}
         if self.compile_s:  # absent where none was seen: a recording made before keeps its bytes
             data["compile_s"] = dict(sorted(self.compile_s.items()))
+        if self.source is not None:
+            data["source"] = self.source
+        if self.source_refused:
+            data["source_refused"] = self.source_refused
         return data
 
     @staticmethod
@@ -200,7 +227,9 @@ class RecordedKernel:
         return RecordedKernel(str(data["kernel"]), tuple(data["key"]), tuple(dict(c) for c in data["configs"]),
                               tuple(data.get("reset_to_zero") or ()), tuple(data.get("restore_value") or ()),
                               tuple(data.get("hooks") or ()),
-                              {lid: RecordedLaunch.from_json(l) for lid, l in data["launches"].items()}, compile_s)
+                              {lid: RecordedLaunch.from_json(l) for lid, l in data["launches"].items()}, compile_s,
+                              dict(data["source"]) if data.get("source") is not None else None,
+                              str(data.get("source_refused") or ""))
 
 
 def _dumps(data: Any) -> str:

@@ -12,17 +12,26 @@ recorded launch like any user's.
   and the config's own ``pre_hook``. It returns the tensors the recorded launch wrote.
 * ``reference(call, *tensors)`` is the same launch with the config the library itself used.
 
+Where the recording holds the kernel's Triton source and the installed files still match it
+(``triton_compat.kernel_source``), the kernel is rebuilt from them with Triton alone: no stage
+imports the library (fla-core's kernel modules: 4.6-6.6 s a worker). The launch then passes what
+the library's ``@triton.heuristics`` computed when it was recorded, and the autotuner's
+``reset_to_zero`` and ``restore_value`` are done here. The launcher bound to a folder
+``provides`` such a kernel to the compile and specialize steps (``build.loading.resolve_kernel``).
+
 The manifest names them as ``aot_tune.record.replay:<name>``; the stages bind them to the
 manifest's folder (``build.loading.resolve``), where the recordings are.
 """
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Mapping
 
 from aot_tune.errors import TuneError
+from aot_tune.triton_compat import kernel_source
 from aot_tune.record.recording import LAUNCH_DIM, RECORDINGS, RecordedKernel, RecordedLaunch, read_recording
 
 
@@ -32,6 +41,7 @@ class RecordedCall:
     def __init__(self, kernel: RecordedKernel, launch: RecordedLaunch, root: str) -> None:
         self.kernel, self.launch, self.root = kernel, launch, root
         self._grids = {_config_key(c): g for c, g in zip(kernel.configs, launch.grids)}
+        self._heuristics = {_config_key(c): h for c, h in zip(kernel.configs, launch.heuristics or ())}
 
     def __repr__(self) -> str:
         return f"RecordedCall({self.kernel.ref})"
@@ -60,19 +70,41 @@ class RecordedCall:
         if grid is None:
             raise TuneError(f"{self.kernel.ref}: no grid was recorded for config {dict(config)} "
                             f"(not one of the decorator's configs, or its grid function failed on it)")
-        kernel, tuner = _kernel_and_autotuner(self.root, self.kernel.ref)
         named = self.arguments(tensors)
         every = {**named, **self.launch.options, **config}
+        rebuilt = _replay(self.root).rebuilt(self.kernel)
+        heuristics = self._heuristics.get(_config_key(config))
+        if rebuilt is not None and heuristics is not None:
+            return self._run_rebuilt(rebuilt, grid, every, heuristics, tensors)
+        kernel, tuner = _kernel_and_autotuner(self.root, self.kernel.ref)
         tuner.pre_hook(every)
         try:
-            untuned(kernel)[grid](**named, **self.launch.options, **config)
+            untuned(kernel)[grid](**every)
         except BaseException as exc:
             tuner.post_hook(every, exc)
             raise
-        kept = set(self.kernel.restore_value)  # put back by the post-hook: their outputs are copied first
-        written = tuple(named[n].clone() if n in kept else named[n] for n in self.launch.written) or \
-            tuple(t for t in tensors if t.is_floating_point()) or tensors
+        written = self._written(every, tensors)
         tuner.post_hook(every, None)
+        return written
+
+    def _run_rebuilt(self, kernel: Any, grid: tuple, every: dict, heuristics: dict, tensors: tuple) -> Any:
+        """The launch of the kernel rebuilt from its source, with the hooks the library's
+        autotuner runs around a launch when it has none of its own (the recording says so)."""
+        for name in self.kernel.reset_to_zero:
+            every[name].zero_()
+        saved = {name: every[name].clone() for name in self.kernel.restore_value}
+        try:
+            kernel[grid](**every, **heuristics)
+            return self._written(every, tensors)
+        finally:
+            for name, value in saved.items():
+                every[name].copy_(value)
+
+    def _written(self, every: dict, tensors: tuple) -> Any:
+        """The tensors the launch wrote; those the hooks put back are copied first."""
+        kept = set(self.kernel.restore_value)
+        written = tuple(every[n].clone() if n in kept else every[n] for n in self.launch.written) or \
+            tuple(t for t in tensors if t.is_floating_point()) or tensors
         return written[0] if len(written) == 1 else written
 
 
@@ -120,16 +152,57 @@ class Replay:
     def __init__(self, root: str) -> None:
         self.root = root
         self._launches: dict[str, tuple[RecordedKernel, RecordedLaunch]] | None = None
+        self._rebuilt: dict[str, Any] = {}  # kernel ref -> rebuilt from its source, or None
 
-    def find(self, launch_id: str) -> tuple[RecordedKernel, RecordedLaunch]:
+    def kernels(self) -> dict[str, RecordedKernel]:
+        """The recorded kernels by ref."""
+        return {kernel.ref: kernel for kernel, _ in self._loaded().values()}
+
+    def _loaded(self) -> dict[str, tuple[RecordedKernel, RecordedLaunch]]:
         with self._lock:
             if self._launches is None:
                 self._launches = {}
                 for path in sorted((Path(self.root) / RECORDINGS).glob("*.json")):
                     kernel = read_recording(path)
                     self._launches.update({lid: (kernel, launch) for lid, launch in kernel.launches.items()})
+            return self._launches
+
+    def rebuilt(self, kernel: RecordedKernel) -> Any | None:
+        """The kernel rebuilt from its recorded source, or None where it has none or the installed
+        files no longer hold it (``why_imported`` says which)."""
+        with self._lock:
+            if kernel.ref not in self._rebuilt:
+                self._rebuilt[kernel.ref] = None
+                if kernel.source is not None:
+                    try:
+                        self._rebuilt[kernel.ref] = kernel_source.rebuild(kernel.source, self._path())
+                    except kernel_source.SourceUnsupported:
+                        pass  # imported instead, as why_imported says
+            return self._rebuilt[kernel.ref]
+
+    def provides(self, ref: str) -> Any | None:
+        """The kernel ``ref`` names, rebuilt from its recording; None where it is imported."""
+        kernel = self.kernels().get(ref)
+        return self.rebuilt(kernel) if kernel is not None else None
+
+    def why_imported(self, ref: str) -> str | None:
+        """Why the stages import the library of kernel ``ref``, or None where they rebuild it from
+        its recorded source (read from the installed files, with no import of Triton)."""
+        kernel = self.kernels().get(ref)
+        if kernel is None:
+            return "it is not recorded"
+        if kernel.source is None:
+            return kernel.source_refused or "no Triton source was recorded for it"
+        stale = kernel_source.stale(kernel.source, self._path())
+        return f"its recorded source is stale ({stale}); fix: record the workload again" if stale else None
+
+    def _path(self) -> list[str]:
+        """Where the library's files are found, as resolve imports them: the manifest's folder first."""
+        return [self.root, *sys.path]
+
+    def find(self, launch_id: str) -> tuple[RecordedKernel, RecordedLaunch]:
         try:
-            return self._launches[launch_id]
+            return self._loaded()[launch_id]
         except KeyError:
             raise TuneError(f"no recorded launch {launch_id} under {Path(self.root) / RECORDINGS}; fix: restore "
                             f"the recordings from git, or record the workload again") from None
@@ -192,7 +265,7 @@ def bound(role: str):
 
     class Bound:
         def bind_manifest_root(self, root: str) -> Any:
-            return getattr(_replay(root), role)
+            return _bound(root, role)
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             raise TuneError(f"aot_tune.record.replay:{role} is called through a manifest (the stages bind it to "
@@ -209,8 +282,26 @@ def _replay(root: str) -> Replay:
     return Replay(root)
 
 
+@functools.lru_cache(maxsize=None)
+def _bound(root: str, role: str) -> Any:
+    """``role`` of the folder's :class:`Replay`, which also ``provided_kernel``s (the stages ask it
+    for the kernel object before they import one: ``build.loading.resolve_kernel``)."""
+    function = functools.partial(getattr(_replay(root), role))
+    function.provided_kernel = _replay(root).provides
+    return function
+
+
 make_inputs = bound("make_inputs")
 launch = bound("launch")
 reference = bound("reference")
 #: How a manifest names the recorded entries' reference (``aot_tune record`` writes it).
 REFERENCE_REF = f"{__name__}:reference"
+
+
+def why_imported(root: str, kernel_ref: str) -> str | None:
+    """Why the stages import the library of recorded kernel ``kernel_ref`` under the manifest
+    folder ``root``, or None where they rebuild it from its recorded source."""
+    try:
+        return _replay(str(root)).why_imported(kernel_ref)
+    except TuneError as exc:  # a broken recording: the stages report it
+        return str(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +30,8 @@ class Recorded:
     folded: Folded
     refused: list[str]
     seconds: float
+    #: Kernels whose stages will import their library (no Triton source of their own), and why.
+    imported: list[str] = field(default_factory=list)
 
 
 def record(command: Sequence[str], manifest: str | os.PathLike) -> Recorded:
@@ -52,7 +54,8 @@ def record(command: Sequence[str], manifest: str | os.PathLike) -> Recorded:
     folded = fold(manifest, found.kernels, found.target)
     raw.unlink(missing_ok=True)
     launches = sum(len(k.launches) for k in found.kernels)
-    return Recorded(returncode, launches, len(found.kernels), folded, found.refused, seconds)
+    imported = [f"{k.ref}: {k.source_refused}" for k in found.kernels if k.source_refused]
+    return Recorded(returncode, launches, len(found.kernels), folded, found.refused, seconds, imported)
 
 
 def _package_parent() -> str:
@@ -69,6 +72,7 @@ def main_lines(result: Recorded, manifest: str) -> list[str]:
              + (f" (the command exited {result.returncode}; what it ran is kept)" if result.returncode else "")]
     lines += [f"  {line}" for line in result.folded.lines()]
     lines += [f"  left out: {why}" for why in result.refused]
+    lines += [f"  tuned by importing its library (no Triton source of its own): {why}" for why in result.imported]
     if result.folded.added:
         lines.append(f"  {manifest} and recordings/ updated; next: doit tune")
     elif result.folded.timed:

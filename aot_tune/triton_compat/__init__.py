@@ -8,7 +8,8 @@ Each module's docstring lists the internals it relies on, and why:
 * ``binary``: a compiled kernel's registers and local memory, from its cubin;
 * ``disk_cache``: Triton's on-disk cache, its hits, and moving an entry to another cache folder;
 * ``warm``: loading a cached kernel without Triton's cache key, and a process's first-launch set-up;
-* ``layers``: what ``@triton.autotune`` and ``@triton.heuristics`` wrap (``aot_tune.untuned``).
+* ``layers``: what ``@triton.autotune`` and ``@triton.heuristics`` wrap (``aot_tune.untuned``);
+* ``kernel_source``: a kernel's Triton source as data, rebuilt without importing its library.
 """
 from aot_tune.triton_compat.binary import ResourceUsage, cuobjdump_path, resource_usage
 from aot_tune.triton_compat.disk_cache import (CacheHitCounter, cache_entry_folder, install_cache_entry,

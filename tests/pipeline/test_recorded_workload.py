@@ -231,3 +231,47 @@ def test_a_workload_of_many_small_kernels_is_recorded_and_tuned_incrementally(tm
     tabled = run(project, sys.executable, "workload.py", env={**env, "TRITON_INTERPRET": "1",
                                                               "WORKLOAD_TABLES": "generated"})
     assert f"{2 * MANY_KERNELS + 1} tuned keys installed in {MANY_KERNELS} autotuners" in tabled.stderr, tabled.stderr
+
+
+#: A module of the library that notes each process importing it (the library's ops import it).
+AUDIT = ("import os\n"
+         "if os.environ.get('RECLIB_IMPORTS'):\n"
+         "    with open(os.environ['RECLIB_IMPORTS'], 'a') as log:\n"
+         "        log.write(f'{os.getpid()}\\n')\n")
+
+
+def test_the_stages_rebuild_recorded_kernels_from_their_source_without_importing_the_library(tmp_path: Path) -> None:
+    """A recorded kernel's Triton source is rebuilt with Triton alone in every stage: no compile,
+    specialize or bench worker imports the library. Once the installed file no longer matches the
+    recording, the run says so and the stages import the library, and still tune it."""
+    ops = "from reclib import _audit  # noqa: F401\n" + (FIXTURE / "ops.py").read_text()
+    installed = pip_installed(tmp_path / "lib", "reclib", {"ops.py": ops, "_audit.py": AUDIT})
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(FIXTURE / "workload.py", project)
+    env = subprocess_env(installed)
+    run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py",
+        env={**env, "TRITON_INTERPRET": "1"})
+    for kernel in ("_gather_kernel", "_scale_inplace_kernel", "_row_sum_kernel"):
+        recording = json.loads((project / "recordings" / f"{kernel}.json").read_text())
+        assert recording["source"]["kernel"] == f"reclib.ops:{kernel}", recording.get("source_refused")
+        assert set(recording["source"]["files"]) == {"reclib/ops.py"}
+        assert all(len(launch["heuristics_of_config"]) == 3 for launch in recording["launches"].values())
+    row_sum = json.loads((project / "recordings" / "_row_sum_kernel.json").read_text())
+    assert any(values for launch in row_sum["launches"].values() for values in launch["heuristics"])
+
+    imports = tmp_path / "imports.log"
+    tune = doit_command("tune", "-n", "2", "--bench-backend", "interpreter")
+    proc = run(project, *tune, env={**env, "RECLIB_IMPORTS": str(imports)})
+    assert "bench: 18 config measurements, 18 ok" in proc.stdout + proc.stderr, proc.stderr
+    assert not imports.exists(), f"{len(imports.read_text().split())} processes of the tune imported the library"
+
+    (installed / "reclib" / "ops.py").write_text(ops + "# patched in place\n")  # same version: nothing is stale
+    for made in (".aot_tune", "generated"):  # tuned again from nothing, as on a new machine
+        shutil.rmtree(project / made)
+    proc = run(project, *tune, env={**env, "RECLIB_IMPORTS": str(imports)})
+    output = proc.stdout + proc.stderr
+    assert "_gather_kernel: the stages import reclib.ops: its recorded source is stale" in output, output
+    assert "changed since it was recorded); fix: record the workload again" in output
+    assert "bench: 18 config measurements, 18 ok" in output
+    assert imports.exists()

@@ -452,8 +452,9 @@ def test_the_replay_functions_are_bound_to_the_manifest_folder(tmp_path: Path, m
     with pytest.raises(TuneError, match="called through a manifest"):
         replay.make_inputs({"recorded": "L0"}, torch.float32, "cpu")
     bound = resolve(str(tmp_path), "aot_tune.record.replay:make_inputs")
-    assert bound.__func__ is replay.Replay.make_inputs and bound.__self__.root == str(tmp_path)
-    assert resolve(str(tmp_path), "aot_tune.record.replay:launch").__self__ is bound.__self__
+    assert bound.func.__func__ is replay.Replay.make_inputs and bound.func.__self__.root == str(tmp_path)
+    assert resolve(str(tmp_path), "aot_tune.record.replay:launch").func.__self__ is bound.func.__self__
+    assert bound.provided_kernel("lib.ops:kernel") is None  # nothing recorded: the kernel is imported
     with pytest.raises(TuneError, match="no recorded launch L0"):
         bound({"recorded": "L0"}, torch.float32, "cpu")
 

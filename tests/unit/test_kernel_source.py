@@ -1,0 +1,129 @@
+"""A kernel's Triton source as data (aot_tune.triton_compat.kernel_source): captured where its
+library is imported, rebuilt elsewhere with Triton alone from the installed files, to the same
+cache key; refused, with the reason, for what data cannot express; and refused once the files
+change. Compiled Triton (not the interpreter), in fresh processes: the cache key is the proof."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HELPERS = '''
+import triton
+import triton.language as tl
+
+SCALE = tl.constexpr(3)
+
+
+@triton.jit
+def scaled(x):
+    return x * SCALE
+'''
+
+OPS = '''
+import triton
+import triton.language as tl
+from kslib.helpers import scaled
+
+exp = tl.exp
+BLOCK_MIN = tl.constexpr(16)
+
+
+def cpu_only(x):
+    return x
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0, "HALF": lambda args: args["BLOCK"] // 2})
+@triton.jit(do_not_specialize=["n"])
+def kernel(X, Y, n, BLOCK: tl.constexpr, EVEN: tl.constexpr, HALF: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.static_assert(BLOCK >= BLOCK_MIN)
+    tl.store(Y + offs, scaled(exp(tl.load(X + offs, mask=offs < n))), mask=offs < n)
+
+
+@triton.jit
+def reads_python(X):
+    tl.store(X, cpu_only(1))
+'''
+
+CAPTURE = '''
+import json, sys
+from aot_tune.triton_compat import kernel_source
+from kslib import ops
+layers = kernel_source.heuristic_layers(ops.kernel)
+print(json.dumps({"source": kernel_source.capture(layers[-1].fn), "key": layers[-1].fn.cache_key,
+                  "heuristics": kernel_source.heuristic_values(layers, {"n": 96, "BLOCK": 32})}))
+try:
+    kernel_source.capture(ops.reads_python)
+except kernel_source.SourceUnsupported as exc:
+    print(exc)
+'''
+
+REBUILD = '''
+import json, sys
+from aot_tune.triton_compat import kernel_source
+source = json.loads(sys.stdin.read())
+stale = kernel_source.stale(source)
+kernel = None if stale else kernel_source.rebuild(source)
+print(json.dumps({"key": kernel.cache_key if kernel else None, "stale": stale,
+                  "imported": sorted(m for m in ("kslib", "kslib.ops", "torch") if m in sys.modules)}))
+'''
+
+
+def python(code: str, path: Path, stdin: str = "") -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(path), str(Path(__file__).resolve().parents[2])])
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], input=stdin, capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    (site / "kslib").mkdir()
+    (site / "kslib" / "__init__.py").write_text("")
+    (site / "kslib" / "helpers.py").write_text(HELPERS)
+    (site / "kslib" / "ops.py").write_text(OPS)
+    return site
+
+
+def test_a_kernel_is_rebuilt_with_triton_alone_to_its_cache_key(library: Path) -> None:
+    out = python(CAPTURE, library).splitlines()
+    captured = json.loads(out[0])
+    source = captured["source"]
+    assert source["kernel"] == "kslib.ops:kernel" and source["cache_key"] == captured["key"]
+    assert set(source["files"]) == {"kslib/ops.py", "kslib/helpers.py"}
+    names = source["functions"]["kslib.ops:kernel"]["names"]
+    assert names["exp"] == {"object": ["triton.language.math", "exp"]}
+    assert names["BLOCK_MIN"] == {"constexpr": 16} and names["tl"] == {"module": "triton.language"}
+    assert names["scaled"] == {"function": "kslib.helpers:scaled"}
+    assert source["functions"]["kslib.ops:kernel"]["options"] == {"do_not_specialize": ["n"]}
+    assert "src" not in json.dumps(source["functions"]), "a recorded source holds no code"
+    assert captured["heuristics"] == {"EVEN": True, "HALF": 16}
+    assert out[1] == ("kslib.ops:reads_python reads 'cpu_only' (function from kslib.ops), which is not a "
+                      "Triton function, a module or a constant")
+
+    rebuilt = json.loads(python(REBUILD, library, json.dumps(source)))
+    assert rebuilt == {"key": captured["key"], "stale": None, "imported": []}
+
+
+def test_a_source_whose_files_changed_is_not_rebuilt(library: Path, tmp_path: Path) -> None:
+    source = json.loads(python(CAPTURE, library).splitlines()[0])["source"]
+    copy = tmp_path / "site"
+    (copy / "kslib").mkdir(parents=True)
+    for name in ("__init__.py", "helpers.py"):
+        (copy / "kslib" / name).write_text((library / "kslib" / name).read_text())
+    (copy / "kslib" / "ops.py").write_text(OPS.replace("exp(", "tl.exp2("))
+    out = json.loads(python(REBUILD, copy, json.dumps(source)))
+    assert out["key"] is None and out["stale"] == f"{copy / 'kslib' / 'ops.py'} changed since it was recorded"
+    (copy / "kslib" / "ops.py").write_text(OPS)
+    (copy / "kslib" / "helpers.py").unlink()
+    assert json.loads(python(REBUILD, copy, json.dumps(source)))["stale"] == "kslib/helpers.py is not installed"
