@@ -36,6 +36,8 @@ PRELOAD_MODULE = "aot_tune.workers.preload"
 SYS_PATH_ENV = "AOT_TUNE_FORKSERVER_SYS_PATH"
 #: ``0`` spawns every worker (no fork server).
 SWITCH_ENV = "AOT_TUNE_FORKSERVER"
+#: ``0``: the fork server imports Triton alone, not torch (no worker compiles through torch).
+TORCH_ENV = "AOT_TUNE_FORKSERVER_TORCH"
 
 #: Modules a forked worker must find where this process finds them: the server imported them.
 CHECKED_MODULES = ("aot_tune", "torch", "triton")
@@ -56,9 +58,11 @@ def available() -> bool:
     return "forkserver" in multiprocessing.get_all_start_methods() and os.environ.get(SWITCH_ENV, "1") != "0"
 
 
-def start_server() -> bool:
+def start_server(torch: bool = True) -> bool:
     """Start the fork server now, without waiting for it: it imports while the caller goes on, and
-    the first worker started from it waits only for what is left. False if workers are spawned."""
+    the first worker started from it waits only for what is left. False if workers are spawned.
+    ``torch=False``: it imports Triton alone (torch and torch._dynamo, 8-14 s on a fresh GPU host,
+    are left to the workers that use them), for a run whose compiles need no torch."""
     global _server_started
     if not available() or _method == "spawn":
         return False
@@ -68,6 +72,7 @@ def start_server() -> bool:
         if not _server_started:
             _server_started = True
             os.environ[SYS_PATH_ENV] = json.dumps(_parent_path())
+            os.environ[TORCH_ENV] = "1" if torch else "0"
             # One fork server per process: the preload applies when it starts (now, or after it died).
             multiprocessing.get_context("forkserver").set_forkserver_preload([PRELOAD_MODULE])
         forkserver.ensure_running()

@@ -192,11 +192,9 @@ def compile_config(request: CompileRequest, config_id: str, *, stop_early: bool 
     A config whose shared memory is proven over the target's limit stops at the first stage that
     proves it (after ttgir from a lower bound, after llir exactly); ``stop_early=False`` lowers it
     all the way (to profile the stages, or to check the early verdicts against the full ones)."""
-    import torch
-
     triton_compat.pin_environment()
     result = CompileResult(request.kernel, config_id, request.target)
-    kernel_fn, launch, make_inputs = load_kernel_module_attrs(
+    kernel_fn, launch, make_inputs, provided = load_kernel_module_attrs(
         request.root, request.kernel_ref, request.launch_ref, request.inputs_ref)
     arch = triton_compat.parse_target(request.target)
     limit = triton_compat.shared_memory_limit(arch)
@@ -211,7 +209,8 @@ def compile_config(request: CompileRequest, config_id: str, *, stop_early: bool 
                 triton_compat.compile_instead_of_launch(kernel_fn) as captured:
             for shape in request.shapes:
                 for dtype in request.dtypes:
-                    inputs = make_inputs(dict(shape), input_dtype(dtype, request.combos), "meta")
+                    inputs = make_inputs(dict(shape), dtype if provided else input_dtype(dtype, request.combos),
+                                         "meta")
                     launch_with_config(launch, inputs, request.config, kernel=request.kernel, hooks=False)
     except Exception as exc:  # a kernel fault is a result, not a crash of the pipeline
         reason = triton_compat.compile_error_kind(exc)

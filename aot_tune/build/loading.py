@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from aot_tune.errors import TuneError, shorten
 
@@ -53,7 +53,18 @@ def import_ahead(imports: Sequence[tuple[str, str]]) -> None:
             pass
 
 
-def load_kernel_module_attrs(root: str, kernel_ref: str, launch_ref: str, inputs_ref: str) -> tuple[Any, Any, Any]:
+class Loaded(NamedTuple):
+    """A kernel as the compile and specialize steps use it."""
+
+    kernel: Any
+    launch: Any
+    make_inputs: Any
+    #: Provided by its launcher, rebuilt from its recorded source: its input builder takes the
+    #: dtype's name and builds stand-ins on "meta", and nothing of the compile imports torch.
+    provided: bool
+
+
+def load_kernel_module_attrs(root: str, kernel_ref: str, launch_ref: str, inputs_ref: str) -> Loaded:
     """The kernel, its launch function and its input builder. The launcher first: one bound to the
     manifest's folder may provide the kernel without importing its module (a recorded kernel
     rebuilt from its recorded source: aot_tune.record.replay), and the kernel is imported only
@@ -61,7 +72,9 @@ def load_kernel_module_attrs(root: str, kernel_ref: str, launch_ref: str, inputs
     launch, make_inputs = resolve(root, launch_ref), resolve(root, inputs_ref)
     provided = getattr(launch, "provided_kernel", None)
     kernel = provided(kernel_ref) if callable(provided) else None
-    return (kernel if kernel is not None else resolve(root, kernel_ref)), launch, make_inputs
+    if kernel is not None:
+        return Loaded(kernel, launch, make_inputs, True)
+    return Loaded(resolve(root, kernel_ref), launch, make_inputs, False)
 
 
 def autotuned_launch(kernel: str, kernel_ref: str, launch_ref: str) -> TuneError:

@@ -87,15 +87,14 @@ class SpecializeResult:
 
 
 def capture(request: SpecializeRequest) -> SpecializeResult:
-    """Run every requested launch under the recorder; runs in a compile worker (imports torch)."""
-    import torch
-
+    """Run every requested launch under the recorder; runs in a compile worker (imports torch,
+    but for a kernel rebuilt from its recorded source)."""
     from aot_tune import triton_compat
     from aot_tune.build.loading import load_kernel_module_attrs
     from aot_tune.runtime.forcing import launch_with_config
 
     triton_compat.pin_environment()
-    kernel_fn, launch, make_inputs = load_kernel_module_attrs(
+    kernel_fn, launch, make_inputs, provided = load_kernel_module_attrs(
         request.root, request.kernel_ref, request.launch_ref, request.inputs_ref)
     result = SpecializeResult(request.target)
     start = time.perf_counter()
@@ -103,7 +102,8 @@ def capture(request: SpecializeRequest) -> SpecializeResult:
     with triton_compat.target_driver(triton_compat.parse_target(request.target), capture=True), \
             triton_compat.autotuners_refused(kernel_fn, refused):
         for shape, shape_dict, dtype, configs in request.launches:
-            inputs = _meta_inputs(request, make_inputs, shape_dict, input_dtype(dtype, request.combos))
+            inputs = _meta_inputs(request, make_inputs, shape_dict,
+                                  dtype if provided else input_dtype(dtype, request.combos))
             specs = result.by_launch.setdefault(launch_key(shape, dtype), {})
             for config_id, config in configs:
                 result.launches += 1

@@ -186,7 +186,8 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
             working = may_have_work(plan, staleness)  # a no-op run predicts nothing, and starts no worker
             if working:
-                forking.start_server()  # its imports (seconds) overlap the captures' set-up
+                # its imports (seconds) overlap the captures' set-up; torch only where a compile needs it
+                forking.start_server(torch=self.session.executors.compiles_need_torch)
                 walk = start_walk(plan, staleness)  # a library's import tree is read while the captures run
             try:
                 self.session.specialize()

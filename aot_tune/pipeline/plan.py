@@ -221,6 +221,11 @@ class Plan:
             return tuple(ref for ref in kp.spec.module_refs if ref != kp.spec.kernel)
         return kp.spec.module_refs
 
+    def compiles_need_torch(self) -> bool:
+        """Whether a compile or specialize step of this run needs torch: False where every kernel
+        is rebuilt from its recorded source, whose compiles take stand-ins for its tensors."""
+        return any(self._why_imported(kp) is not None for kp in self.kernels)
+
     def stale_sources_note(self) -> list[str]:
         """A line for each recorded kernel whose recorded source no longer matches its installed
         library: the stages import the library instead (slower, still right)."""

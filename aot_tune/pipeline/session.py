@@ -42,6 +42,7 @@ class TuneSession:
         self.forecast: Forecast | None = None  # the run's prediction, made before its first compile (None: a no-op)
         executors.kernel_imports = tuple((str(plan.manifest.root), ref) for kp in plan.kernels
                                          for ref in plan.worker_refs(kp))
+        executors.compiles_need_torch = plan.compiles_need_torch()
         self._imported_before = loading.IMPORTED["seconds"]  # this process's imports of project modules
         self._clock: RunClock | None = None  # the run's estimate of what is left, from the forecast
 

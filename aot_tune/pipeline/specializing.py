@@ -57,6 +57,7 @@ def capture(plan: Plan, staleness: Staleness, executors: Executors, stats: RunSt
     seconds["specialize start-up"] += startup
     eprint(f"[specialize] {specialized['launches']} launches of "
            f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
-           f"{time.perf_counter() - start:.1f}s, {startup:.1f}s of it the workers' start-up (torch and triton "
+           f"{time.perf_counter() - start:.1f}s, {startup:.1f}s of it the workers' start-up "
+           f"({'torch and triton' if executors.compiles_need_torch else 'triton'} "
            f"imports, which every compile waits for too); the launches {seconds['capture']:.2f}s of "
            f"worker time, {1e3 * seconds['capture'] / max(specialized['launches'], 1):.2f} ms each")

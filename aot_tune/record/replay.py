@@ -38,8 +38,9 @@ from aot_tune.record.recording import LAUNCH_DIM, RECORDINGS, RecordedKernel, Re
 class RecordedCall:
     """One recorded launch, replayable: the first of a recorded shape's inputs."""
 
-    def __init__(self, kernel: RecordedKernel, launch: RecordedLaunch, root: str) -> None:
+    def __init__(self, kernel: RecordedKernel, launch: RecordedLaunch, root: str, abstract: bool = False) -> None:
         self.kernel, self.launch, self.root = kernel, launch, root
+        self.abstract = abstract  # its tensors are stand-ins: a compile, which launches nothing
         self._grids = {_config_key(c): g for c, g in zip(kernel.configs, launch.grids)}
         self._heuristics = {_config_key(c): h for c, h in zip(kernel.configs, launch.heuristics or ())}
 
@@ -75,7 +76,12 @@ class RecordedCall:
         rebuilt = _replay(self.root).rebuilt(self.kernel)
         heuristics = self._heuristics.get(_config_key(config))
         if rebuilt is not None and heuristics is not None:
+            if self.abstract:
+                return rebuilt[grid](**every, **heuristics)
             return self._run_rebuilt(rebuilt, grid, every, heuristics, tensors)
+        if self.abstract:
+            raise TuneError(f"{self.kernel.ref}: its @triton.heuristics failed for config {dict(config)} when it was "
+                            f"recorded, as they would in the library's own launch of it")
         kernel, tuner = _kernel_and_autotuner(self.root, self.kernel.ref)
         tuner.pre_hook(every)
         try:
@@ -209,6 +215,9 @@ class Replay:
 
     def make_inputs(self, shape: Mapping[str, Any], dtype: Any, device: Any) -> tuple:
         kernel, launch = self.find(str(shape[LAUNCH_DIM]))
+        if str(device) == "meta" and self.rebuilt(kernel) is not None:  # a compile: no torch needed
+            return (RecordedCall(kernel, launch, self.root, abstract=True),
+                    *(StandIn(a.tensor) for a in launch.tensors()))
         return (RecordedCall(kernel, launch, self.root), *_tensors(launch, device))
 
     def launch(self, call: RecordedCall, *tensors: Any, config: Mapping[str, Any]) -> Any:
@@ -217,6 +226,45 @@ class Replay:
     def reference(self, call: RecordedCall, *tensors: Any) -> Any:
         output = call.run(tensors, call.launch.library_config)
         return tuple(t.clone() for t in output) if isinstance(output, tuple) else output.clone()
+
+
+class StandIn:
+    """A tensor argument of a compile of a kernel rebuilt from its source, in place of a meta
+    tensor: what Triton's specialization reads of a tensor (its dtype, by name as torch writes it,
+    and an address divisible by 16, as every tensor ``_tensors`` builds has), without torch."""
+
+    __slots__ = ("dtype", "shape", "_stride")
+
+    def __init__(self, spec: Any) -> None:
+        self.dtype = _DTypeName.named(spec.dtype)
+        self.shape, self._stride = tuple(spec.shape), tuple(spec.stride)
+
+    def data_ptr(self) -> int:
+        return 0
+
+    def stride(self, dim: int | None = None) -> Any:
+        return self._stride if dim is None else self._stride[dim]
+
+
+class _DTypeName:
+    """A dtype as Triton's specialization reads it: by its name. One object per name, kept for
+    the process: Triton caches what it read of a dtype by the object (by its id, in triton 3.9's
+    native specializer), and a freed object's id, reused by another dtype, read as the first."""
+
+    __slots__ = ("name",)
+    _named: dict[str, "_DTypeName"] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    def named(cls, name: str) -> "_DTypeName":
+        return cls._named.setdefault(name, cls(name))
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+    __repr__ = __str__
 
 
 def _tensors(launch: RecordedLaunch, device: Any) -> list:

@@ -101,14 +101,16 @@ _CAPTURE_DEVICE_BASE = 2000
 
 @contextlib.contextmanager
 def target_driver(arch: int, *, capture: bool = False) -> Iterator[None]:
-    """Make Triton compile for ``sm{arch}`` as if that GPU were present."""
-    import torch
+    """Make Triton compile for ``sm{arch}`` as if that GPU were present. Its torch device (which a
+    compile never reads) is "meta" where torch is imported, else None: a compile of a kernel
+    rebuilt from its recorded source runs without torch."""
     from triton.runtime import driver
 
+    torch = sys.modules.get("torch")
     with _driver_lock:
         previous = driver._active
         base = _CAPTURE_DEVICE_BASE if capture else 1000
-        driver.set_active(_TargetOnlyDriver(arch, torch.device("meta"), base))
+        driver.set_active(_TargetOnlyDriver(arch, torch.device("meta") if torch else None, base))
         try:
             yield
         finally:

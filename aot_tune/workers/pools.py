@@ -42,11 +42,12 @@ _STARTED: dict = {}
 
 
 def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None = None,
-                         imports: tuple[tuple[str, str], ...] = ()) -> None:
+                         imports: tuple[tuple[str, str], ...] = (), torch: bool = True) -> None:
     """Pool initializer: take the pool's environment, pin Triton's cache and env before any
     compile, and import what the fork server did not (everything, for a spawned worker), then
     the kernels' modules (``imports``): every worker starts with the run, so a library's import
-    overlaps the captures instead of delaying a worker's first compile."""
+    overlaps the captures instead of delaying a worker's first compile. ``torch=False``: no
+    compile of the run needs torch (aot_tune.forking.start_server), so none is imported."""
     _STARTED["torch_preloaded"] = "torch" in sys.modules
     modules = len(sys.modules)
     forking.exit_with_owner(environ)
@@ -56,7 +57,8 @@ def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None =
     from aot_tune import triton_compat
 
     triton_compat.pin_environment()
-    import torch  # noqa: F401
+    if torch:
+        import torch  # noqa: F401
     import triton  # noqa: F401
 
     _STARTED["modules_imported"] = len(sys.modules) - modules
@@ -106,6 +108,9 @@ class Executors:
         #: (manifest folder, ``module:attr``) the compile workers and the local device workers
         #: import while they start (aot_tune.build.loading.import_ahead); set before either starts.
         self.kernel_imports: tuple[tuple[str, str], ...] = ()
+        #: Whether the compile workers import torch (False: every compile of the run is of a kernel
+        #: rebuilt from its recorded source, on stand-ins for its tensors); set before they start.
+        self.compiles_need_torch = True
 
     def _pool(self) -> cf.ProcessPoolExecutor:
         context = forking.context()  # the first call in a process waits for the fork server's first worker
@@ -119,7 +124,8 @@ class Executors:
     def _new_pool(self, workers: int, context) -> cf.ProcessPoolExecutor:
         """Compile workers in ``context`` (the fork server's, or spawn), set up for this run."""
         return cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_warm_compile_worker,
-                                      initargs=(self.triton_cache_dir, forking.environment(), self.kernel_imports))
+                                      initargs=(self.triton_cache_dir, forking.environment(), self.kernel_imports,
+                                                self.compiles_need_torch))
 
     def start_compiles(self) -> None:
         """Start the compile workers now, all of them, in the background: the fork server begins

@@ -27,6 +27,10 @@ For that fork to be safe and to behave like a spawned worker:
 
 Nothing here may raise: a failed step only leaves more for each worker to do, as before.
 
+In a run whose compiles need no torch (every kernel rebuilt from its recorded source:
+aot_tune.record.replay), the tuning process starts the server without it (``forking.TORCH_ENV``):
+it imports Triton alone, and a GPU device worker imports torch itself, while the compiles run.
+
 The server exits without tearing its interpreter down (``os._exit`` at its first exit handler):
 with torch, torch._dynamo and triton loaded that teardown took 0.9 s on a 2-core CPU and 1.1 s
 on a GPU host after the run had ended, with the run's stdout and stderr still open in it, so a
@@ -61,22 +65,26 @@ def _preload() -> None:
     start = time.perf_counter()
     _use_the_parents_path()
     os.environ.pop("TRITON_INTERPRET", None)
-    from aot_tune import triton_compat
+    from aot_tune import forking, triton_compat
 
     triton_compat.pin_environment()
-    import torch
-    import torch._dynamo  # noqa: F401 - what torch._refs imports on the first meta-tensor op
+    STATE["torch"] = os.environ.get(forking.TORCH_ENV, "1") != "0"
+    if STATE["torch"]:
+        import torch
+        import torch._dynamo  # noqa: F401 - what torch._refs imports on the first meta-tensor op
+
+        # The meta-tensor ops input builders and launch functions use, on meta tensors: nothing runs.
+        a = torch.randn((16, 16), dtype=torch.float16, device="meta")
+        b = torch.empty((16, 16), dtype=torch.float32, device="meta")
+        (a / 2, a * a, a @ a, a.float() + b, torch.zeros_like(a), a.stride(), a.data_ptr())
     import triton  # noqa: F401
 
-    # The meta-tensor ops input builders and launch functions use, on meta tensors: nothing runs.
-    a = torch.randn((16, 16), dtype=torch.float16, device="meta")
-    b = torch.empty((16, 16), dtype=torch.float32, device="meta")
-    (a / 2, a * a, a @ a, a.float() + b, torch.zeros_like(a), a.stride(), a.data_ptr())
     triton_compat.hash_installation()
     # The modules Triton's first launch imports. Also what aot_tune.runtime.warm_start imports on a
     # thread when a decorated kernel is imported: a worker that launches right after would import
     # them on two threads at once (Python can then report an import deadlock).
     triton_compat.import_first_launch_modules()
+    triton_compat.start_specializer()  # without torch here, what it imports (torch, on triton 3.6)
     import aot_tune.bench.engine.pipeline  # noqa: F401
     import aot_tune.bench.local.worker  # noqa: F401
     import aot_tune.build.compile  # noqa: F401

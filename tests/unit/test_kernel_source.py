@@ -127,3 +127,25 @@ def test_a_source_whose_files_changed_is_not_rebuilt(library: Path, tmp_path: Pa
     (copy / "kslib" / "ops.py").write_text(OPS)
     (copy / "kslib" / "helpers.py").unlink()
     assert json.loads(python(REBUILD, copy, json.dumps(source)))["stale"] == "kslib/helpers.py is not installed"
+
+
+STAND_INS = '''
+import json
+from triton.runtime.jit import mangle_type
+from aot_tune.record.recording import TensorSpec
+from aot_tune.record.replay import StandIn
+read = []
+for _ in range(200):
+    for dtype in ("float16", "float32", "bfloat16", "int32", "float8_e4m3fn"):
+        read.append((dtype, mangle_type(StandIn(TensorSpec((4, 4), (4, 1), dtype)))))
+print(json.dumps(sorted(set(map(tuple, read)))))
+'''
+
+
+def test_stand_ins_specialize_as_the_tensors_they_stand_for(tmp_path: Path) -> None:
+    """What a compile of a rebuilt kernel passes for a tensor: its dtype by name, a 16-byte aligned
+    address. Made and dropped again and again, each still reads as its own dtype (Triton caches
+    what it read of a dtype object by the object)."""
+    assert json.loads(python(STAND_INS, tmp_path)) == [
+        ["bfloat16", "*bf16"], ["float16", "*fp16"], ["float32", "*fp32"], ["float8_e4m3fn", "*fp8e4nv"],
+        ["int32", "*i32"]]
