@@ -65,7 +65,8 @@ def describe(result: Forecast) -> list[str]:
     captures = sum(k.to_capture for k in result.kernels)
     devices = ", ".join(f"{n} x {key}" for key, n in result.device_counts.items())
     imported = f", the kernel modules' import {result.import_s:.1f} s" if result.import_s >= 0.05 else ""
-    started = ("the compile workers' start-up (torch and triton imports" + imported +
+    toolchain = "triton imports: no compile needs torch" if result.calibration.light else "torch and triton imports"
+    started = (f"the compile workers' start-up ({toolchain}" + imported +
                (f", {captures} launches captured" if captures else "") + ")") if result.compiles or captures \
         else f"the device workers' start-up{imported}"
     exporters = f"; the exporters' import {result.main_import_s:.1f} s" if result.main_import_s >= 0.05 else ""

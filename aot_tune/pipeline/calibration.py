@@ -23,6 +23,12 @@ from aot_tune.runs.log import STAGE_ORDER, RunRecord, time_split
 #: forked on a GPU host, about 2 s spawned for the interpreter.
 DEFAULT_STARTUP_S = {"cuda": 10.0, "interpreter": 4.0}
 DEFAULT_DEVICE_STARTUP_S = {"cuda": 1.0, "interpreter": 2.0}
+#: The same for a run whose compiles need no torch (every kernel rebuilt from its recorded source:
+#: aot_tune.forking.start_server): Triton's import, and on triton 3.6 torch's, which its
+#: specializer imports: 4.6-6.6 s on H200 hosts with a cold page cache, 1.0 s on a 2-core CPU;
+#: the GPU device workers then import torch themselves, 1.5-2.7 s longer than the compile workers.
+DEFAULT_LIGHT_STARTUP_S = {"cuda": 5.0, "interpreter": 1.0}
+DEFAULT_LIGHT_DEVICE_STARTUP_S = {"cuda": 7.0, "interpreter": 2.0}
 #: A compile of a kernel with nothing recorded: 0.1-0.6 s for this repository's small kernels on a
 #: 2-core CPU; on the H100 host, 16 at a time, 0.37 s a compile over the paper's GEMM space and
 #: 0.31 s over this repository's manifest.
@@ -60,7 +66,8 @@ MACHINE_RUNS = 10
 IMPORT_RATIO_FLOOR_S = 0.5
 
 #: What a logged run tells the model (``Calibration``'s fields that ``observed`` reads).
-CALIBRATED = ("startup_s", "device_startup_s", "compile_s", "compile_s_per_kb", "engine_s", "engine_extra_s",
+CALIBRATED = ("startup_s", "device_startup_s", "light_startup_s", "light_device_startup_s", "compile_s",
+              "compile_s_per_kb", "engine_s", "engine_extra_s",
               "batch_s", "unstaged_s", "rest_after_s")
 
 
@@ -84,14 +91,21 @@ class Calibration:
     unstaged_s: float | None = None  # what no stage covers: planning, merge, generate
     rest_after_s: float | None = None  # of that, what follows the last stage
     import_ratio: float | None = None
+    light_startup_s: float | None = None  # the two start-ups of runs whose compiles need no torch
+    light_device_startup_s: float | None = None
+    light: bool = False  # the run forecast compiles without torch: its start-ups are the light ones
     machine_runs: int = 0  # of the machine's history
     closeness: int = 0  # of those (aot_tune.runs.history.MachineKey.closeness)
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def startup(self) -> float:
+        if self.light:
+            return _known(self.light_startup_s, DEFAULT_LIGHT_STARTUP_S.get(self.backend, 5.0))
         return _known(self.startup_s, DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
 
     def device_startup(self) -> float:
+        if self.light:
+            return _known(self.light_device_startup_s, DEFAULT_LIGHT_DEVICE_STARTUP_S.get(self.backend, 2.0))
         return _known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
 
     def compile(self, kernel_kb: float = 0.0) -> float:
@@ -153,9 +167,10 @@ class Calibration:
 
 
 def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[HistoryEntry] = (),
-              key: MachineKey | None = None) -> Calibration:
+              key: MachineKey | None = None, light: bool = False) -> Calibration:
     """Per field, the median of what the last ``CALIBRATION_RUNS`` successful logged runs on
-    ``backend`` observed (``observed``); where none told, of the machine's comparable runs."""
+    ``backend`` observed (``observed``); where none told, of the machine's comparable runs.
+    ``light``: for a run whose compiles need no torch."""
     told = [seen for seen in map(observed, [r for r in runs if r.backend == backend and r.ok]) if seen]
     told = told[-CALIBRATION_RUNS:]
     values: dict[str, float | None] = {name: _median([s[name] for s in told if name in s]) for name in CALIBRATED}
@@ -173,12 +188,13 @@ def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[History
                 values[name] = _ratio(seen) if name == "import_ratio" else _median([s[name] for s in seen if name in s])
                 if values[name] is not None:
                     sources[name] = "machine"
-    return Calibration(backend, len(told), **values, machine_runs=len(machine), closeness=closeness, sources=sources)
+    return Calibration(backend, len(told), **values, light=light, machine_runs=len(machine), closeness=closeness,
+                       sources=sources)
 
 
 def observed(run: RunRecord) -> dict[str, float]:
-    """What one logged run tells: the workers' start-up (``specialize start-up``), the device
-    workers' start-up, seconds per compile and per KB of the compiled kernels' code (the run's
+    """What one logged run tells: the workers' start-up (``specialize start-up``; for a run whose
+    compiles needed no torch ``light start-up``, kept apart), the device workers' start-up, seconds per compile and per KB of the compiled kernels' code (the run's
     ``compile_kb``: what the forecast took, over its compiles), a measurement's device seconds beyond its timed
     launches (on a GPU also beyond the warm-up the run's benches asked for, ``engine_extra_s``:
     comparable across projects' ``warmup_ms``), a batch's own seconds (the device held outside the worker's batches, and their
@@ -191,15 +207,18 @@ def observed(run: RunRecord) -> dict[str, float]:
     Nothing from an entry that is not a run this version logs."""
     try:
         seconds = {name: float(value) for name, value in run.worker_seconds.items()}
-        startup = seconds.get("specialize start-up") or seconds.get("fork server start-up", 0.0)
+        light = "light start-up" in seconds
+        startup = seconds.get("light start-up") or seconds.get("specialize start-up") or \
+            seconds.get("fork server start-up", 0.0)
         main_import = seconds.get("main imports", 0.0)
-        found = {"startup_s": startup, "device_startup_s": seconds.get("device start-up", 0.0),
+        prefix = "light_" if light else ""
+        found = {f"{prefix}startup_s": startup, f"{prefix}device_startup_s": seconds.get("device start-up", 0.0),
                  "unstaged_s": max(0.0, float(time_split(run)["other"]) - main_import)}
         ends = [float(end) for stage, (_, end) in run.stages.items() if stage in STAGE_ORDER]
         if ends:
             found["rest_after_s"] = min(found["unstaged_s"], max(0.0, float(run.wall_s) - max(ends) - main_import))
         imported = 0.0
-        if "specialize" in run.stages and seconds.get("specialize start-up"):
+        if "specialize" in run.stages and (seconds.get("specialize start-up") or light):
             start, end = run.stages["specialize"]
             imported = max(0.0, float(end) - float(start) - startup - seconds.get("capture", 0.0) / max(1, run.jobs))
             found["import_s"] = imported

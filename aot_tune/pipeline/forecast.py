@@ -197,7 +197,7 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
     key = MachineKey(plan.device.backend, plan.device.key,
                      f"triton {plan.toolchain.triton}, torch {plan.toolchain.torch}", os.cpu_count() or 1,
                      max(1, compile_jobs))
-    calibration = calibrate(runs, plan.device.backend, history, key)
+    calibration = calibrate(runs, plan.device.backend, history, key, light=not plan.compiles_need_torch())
     result = Forecast(calibration, [], max(1, compile_jobs), {d.key: max(1, d.count) for d in plan.devices},
                       launch_s=launch_s)
     exhaustive: dict[str, list[tuple[float, int]]] = {}  # device -> (seconds, measurements) per stale bench

@@ -54,7 +54,7 @@ def capture(plan: Plan, staleness: Staleness, executors: Executors, stats: RunSt
     # Until the fork server's imports are done no compile could start either: only the rest
     # of this step is on the run's critical path.
     startup = max(0.0, (forking.ready_at or began) - began)
-    seconds["specialize start-up"] += startup
+    seconds["specialize start-up" if executors.compiles_need_torch else "light start-up"] += startup
     eprint(f"[specialize] {specialized['launches']} launches of "
            f"{', '.join(sorted({kp.spec.name for kp, _ in requests}))} captured in "
            f"{time.perf_counter() - start:.1f}s, {startup:.1f}s of it the workers' start-up "

@@ -14,6 +14,7 @@ from aot_tune.build.compile import CompileRecord, CompileResult
 from aot_tune.build.specialize import SpecializeResult, launch_key
 from aot_tune.manifest import SearchSettings, load_manifest
 from aot_tune.pipeline import forecast as model
+from aot_tune.pipeline.calibration import DEFAULT_LIGHT_STARTUP_S
 from aot_tune.search import ranked
 from aot_tune.search.strategies import search_plan
 from aot_tune.select import FINALS_SHARE
@@ -143,6 +144,18 @@ def test_a_ranked_search_on_a_gpu_is_priced_as_screening_timings_then_the_finals
     final = 1e-3 * FINALS_SHARE * model.TIMED_STRETCH + 1e-3 + model.DEFAULT_ENGINE_S["cuda"]
     task = 3 * screening + 3 * final + 2 * model.DEFAULT_BATCH_S["cuda"]
     assert predicted.bench_seconds == pytest.approx({u.name: task for u in plan.kernels[0].bench_units})
+
+
+def test_runs_that_compiled_without_torch_calibrate_their_own_start_ups() -> None:
+    """A run whose kernels were all rebuilt from their recorded sources started workers with Triton
+    alone: its start-ups are kept apart, and price only such runs (a dry run of one says so)."""
+    light = run(**{"light start-up": 4.5, "device start-up": 6.5, "compiling": 8.0})
+    heavy = run(**{"specialize start-up": 12.0, "device start-up": 14.0, "compiling": 8.0})
+    assert model.observed(light)["light_startup_s"] == 4.5 and "startup_s" not in model.observed(light)
+    for is_light, startup, device in ((True, 4.5, 6.5), (False, 12.0, 14.0)):
+        calibration = model.calibrate([light, heavy], "cuda", light=is_light)
+        assert (calibration.startup(), calibration.device_startup()) == (startup, device)
+    assert model.calibrate([heavy], "cuda", light=True).startup() == DEFAULT_LIGHT_STARTUP_S["cuda"]
 
 
 def test_earlier_runs_on_the_backend_calibrate_the_overheads(compiled_before):
