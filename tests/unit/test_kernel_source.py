@@ -149,3 +149,12 @@ def test_stand_ins_specialize_as_the_tensors_they_stand_for(tmp_path: Path) -> N
     assert json.loads(python(STAND_INS, tmp_path)) == [
         ["bfloat16", "*bf16"], ["float16", "*fp16"], ["float32", "*fp32"], ["float8_e4m3fn", "*fp8e4nv"],
         ["int32", "*i32"]]
+
+
+def test_the_study_tool_counts_what_a_library_can_be_rebuilt_from(library: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "tools.studies.kernel_sources", "kslib", "--path", str(library)],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("kslib: 1 of 1 autotuned kernels captured (0 modules did not import here)")
+    assert "importing neither torch nor it; cache keys the library's: 1 of 1" in proc.stdout
