@@ -104,10 +104,13 @@ def _object_ref(name: str, value: Any, where: str) -> dict:
     qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or ""
     if module.split(".")[0] == "triton" and qualname and "<" not in qualname:
         try:
-            if _import_object(module, qualname) is value:
-                return {"object": [module, qualname]}
+            found = _import_object(module, qualname)
         except (ImportError, AttributeError):
-            pass
+            found = None
+        # a builtin is named by where Triton defines it: the interpreter replaces the module's
+        # attribute with its own while it runs, and a fresh process imports the builtin again
+        if found is value or (found is not None and getattr(value, "__triton_builtin__", False)):
+            return {"object": [module, qualname]}
     raise SourceUnsupported(f"{where} reads '{name}' ({type(value).__name__} from {module or '?'}), "
                             f"which is not a Triton function, a module or a constant")
 

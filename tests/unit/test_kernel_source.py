@@ -158,3 +158,22 @@ def test_the_study_tool_counts_what_a_library_can_be_rebuilt_from(library: Path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("kslib: 1 of 1 autotuned kernels captured (0 modules did not import here)")
     assert "importing neither torch nor it; cache keys the library's: 1 of 1" in proc.stdout
+
+
+PATCHED = '''
+import json
+import triton.language.math
+from aot_tune.triton_compat import kernel_source
+from kslib import ops
+triton.language.math.exp = lambda x: x  # as the interpreter replaces builtins while it runs
+layers = kernel_source.heuristic_layers(ops.kernel)
+print(json.dumps(kernel_source.capture(layers[-1].fn)["functions"]["kslib.ops:kernel"]["names"]["exp"]))
+'''
+
+
+def test_a_builtin_is_named_by_where_triton_defines_it_while_the_interpreter_replaces_it(library: Path) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(library), str(Path(__file__).resolve().parents[2])])}
+    proc = subprocess.run([sys.executable, "-c", PATCHED], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"object": ["triton.language.math", "exp"]}
