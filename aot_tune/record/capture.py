@@ -109,6 +109,8 @@ class Recorder:
             line = {"kernel": ref, "source": kernel_source.capture(layers[-1].fn if layers else tuner.fn)}
         except kernel_source.SourceUnsupported as reason:
             line = {"kernel": ref, "refused": str(reason)}
+        except Exception as exc:  # noqa: BLE001 - the launch is still recorded; only its source is not
+            line = {"kernel": ref, "refused": f"capturing its source failed ({type(exc).__name__}: {exc})"[:300]}
         with self._lock:
             if ref in self._sourced:
                 return self._sourced[ref]

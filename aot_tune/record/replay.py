@@ -17,7 +17,7 @@ Where the recording holds the kernel's Triton source and the installed files sti
 imports the library (fla-core's kernel modules: 4.6-6.6 s a worker). The launch then passes what
 the library's ``@triton.heuristics`` computed when it was recorded, and the autotuner's
 ``reset_to_zero`` and ``restore_value`` are done here. The launcher bound to a folder
-``provides`` such a kernel to the compile and specialize steps (``build.loading.resolve_kernel``).
+``provides`` such a kernel to the compile and specialize steps (``build.loading.load_kernel_module_attrs``).
 
 The manifest names them as ``aot_tune.record.replay:<name>``; the stages bind them to the
 manifest's folder (``build.loading.resolve``), where the recordings are.
@@ -182,8 +182,8 @@ class Replay:
                 if kernel.source is not None:
                     try:
                         self._rebuilt[kernel.ref] = kernel_source.rebuild(kernel.source, self._path())
-                    except kernel_source.SourceUnsupported:
-                        pass  # imported instead, as why_imported says
+                    except Exception:  # noqa: BLE001 - stale or not rebuildable here: imported instead
+                        pass
             return self._rebuilt[kernel.ref]
 
     def provides(self, ref: str) -> Any | None:
@@ -333,7 +333,7 @@ def _replay(root: str) -> Replay:
 @functools.lru_cache(maxsize=None)
 def _bound(root: str, role: str) -> Any:
     """``role`` of the folder's :class:`Replay`, which also ``provided_kernel``s (the stages ask it
-    for the kernel object before they import one: ``build.loading.resolve_kernel``)."""
+    for the kernel object before they import one: ``build.loading.load_kernel_module_attrs``)."""
     function = functools.partial(getattr(_replay(root), role))
     function.provided_kernel = _replay(root).provides
     return function
