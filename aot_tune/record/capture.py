@@ -101,7 +101,7 @@ class Recorder:
         if known is not None:
             return known
         try:
-            if tuner.user_defined_pre_hook or tuner.user_defined_post_hook:
+            if getattr(tuner, "user_defined_pre_hook", False) or getattr(tuner, "user_defined_post_hook", False):
                 raise kernel_source.SourceUnsupported("its autotuner runs hooks of the library's own")
             if any(getattr(c, "pre_hook", None) is not None for c in tuner.configs):
                 raise kernel_source.SourceUnsupported("a config of its autotuner runs a pre_hook")
