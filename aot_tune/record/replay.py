@@ -43,6 +43,7 @@ class RecordedCall:
         self.abstract = abstract  # its tensors are stand-ins: a compile, which launches nothing
         self._grids = {_config_key(c): g for c, g in zip(kernel.configs, launch.grids)}
         self._heuristics = {_config_key(c): h for c, h in zip(kernel.configs, launch.heuristics or ())}
+        self._rebuilt = _replay(root).rebuilt(kernel)  # once here, not on every launch
 
     def __repr__(self) -> str:
         return f"RecordedCall({self.kernel.ref})"
@@ -67,14 +68,14 @@ class RecordedCall:
         """One launch with ``config``: the written tensors (one, or a tuple)."""
         from aot_tune.runtime.untuned import untuned
 
-        grid = self._grids.get(_config_key(config))
+        config_key = _config_key(config)
+        grid = self._grids.get(config_key)
         if grid is None:
             raise TuneError(f"{self.kernel.ref}: no grid was recorded for config {dict(config)} "
                             f"(not one of the decorator's configs, or its grid function failed on it)")
         named = self.arguments(tensors)
         every = {**named, **self.launch.options, **config}
-        rebuilt = _replay(self.root).rebuilt(self.kernel)
-        heuristics = self._heuristics.get(_config_key(config))
+        rebuilt, heuristics = self._rebuilt, self._heuristics.get(config_key)
         if rebuilt is not None and heuristics is not None:
             if self.abstract:
                 return rebuilt[grid](**every, **heuristics)
@@ -159,6 +160,7 @@ class Replay:
         self.root = root
         self._launches: dict[str, tuple[RecordedKernel, RecordedLaunch]] | None = None
         self._rebuilt: dict[str, Any] = {}  # kernel ref -> rebuilt from its source, or None
+        self._why: dict[str, str | None] = {}  # kernel ref -> why_imported, read once
 
     def kernels(self) -> dict[str, RecordedKernel]:
         """The recorded kernels by ref."""
@@ -194,13 +196,17 @@ class Replay:
     def why_imported(self, ref: str) -> str | None:
         """Why the stages import the library of kernel ``ref``, or None where they rebuild it from
         its recorded source (read from the installed files, with no import of Triton)."""
-        kernel = self.kernels().get(ref)
-        if kernel is None:
-            return "it is not recorded"
-        if kernel.source is None:
-            return kernel.source_refused or "no Triton source was recorded for it"
-        stale = kernel_source.stale(kernel.source, self._path())
-        return f"its recorded source is stale ({stale}); fix: record the workload again" if stale else None
+        if ref not in self._why:  # the plan, the forecast and the loader all ask: the files are read once
+            kernel = self.kernels().get(ref)
+            if kernel is None:
+                why = "it is not recorded"
+            elif kernel.source is None:
+                why = kernel.source_refused or "no Triton source was recorded for it"
+            else:
+                stale = kernel_source.stale(kernel.source, self._path())
+                why = f"its recorded source is stale ({stale}); fix: record the workload again" if stale else None
+            self._why[ref] = why
+        return self._why[ref]
 
     def _path(self) -> list[str]:
         """Where the library's files are found, as resolve imports them: the manifest's folder first."""

@@ -69,15 +69,21 @@ def _kind(obj: Any) -> str | None:
     return None
 
 
+def _without_decorators(lines: list[str], where: str) -> str:
+    """A function's source lines, from its first decorator, as Triton keeps them: dedented, from
+    its ``def`` on."""
+    text = textwrap.dedent("".join(lines))
+    start = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+    if start is None:
+        raise SourceUnsupported(f"{where}: no def in its source")
+    return text[start.start():]
+
+
 def _source_lines(fn: Any) -> tuple[str, int]:
     """The function's source without decorators and the line of its first decorator, as Triton
     reads them."""
     lines, first = inspect.getsourcelines(fn)
-    text = textwrap.dedent("".join(lines))
-    start = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
-    if start is None:
-        raise SourceUnsupported(f"{fn.__qualname__}: no def in its source")
-    return text[start.start():], first
+    return _without_decorators(lines, fn.__qualname__), first
 
 
 def _file(fn: Any) -> tuple[str, str]:
@@ -248,13 +254,7 @@ def rebuild(source: Mapping[str, Any], path: list[str] | None = None) -> Any:
 def _function_source(text: str, line: int) -> str:
     """The function whose first decorator is on ``line`` of a file's ``text``, without decorators,
     as Triton reads it (``inspect.getsourcelines``)."""
-    lines = text.splitlines(True)
-    block = "".join(inspect.getblock(lines[line - 1:]))
-    block = textwrap.dedent(block)
-    start = re.search(r"^def\s+\w+\s*\(", block, re.MULTILINE)
-    if start is None:
-        raise SourceUnsupported(f"no function at line {line}")
-    return block[start.start():]
+    return _without_decorators(inspect.getblock(text.splitlines(True)[line - 1:]), f"line {line}")
 
 
 def _rebuild(source: Mapping[str, Any], texts: Mapping[str, str]) -> Any:
