@@ -226,14 +226,14 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
             if staleness.bench_done(kp, unit):
                 continue
             targets = kp.bench_targets(plan.device_of(unit))
-            device_s, measured, configs = _bench_cost(kp, unit, staleness, history, calibration, targets,
+            device_s, measured, configs, warmup_s = _bench_cost(kp, unit, staleness, history, calibration, targets,
                                                       earlier.get((unit.device, unit.dtype, tuple(unit.shape)), {}))
             device_work.stale += 1
             device_work.measurements += measured
             device_work.configs.append(configs)
             device_work.device_s += device_s
             device_work.search = "" if unit.search.exhaustive else unit.search.describe()
-            warmups.append((kp.spec.bench.warmup_ms / 1e3, measured))
+            warmups.append((warmup_s, measured))
             result.bench_seconds[unit.name] = device_s
             if unit.search.exhaustive:
                 exhaustive.setdefault(unit.device, []).append((device_s, measured))
@@ -438,17 +438,17 @@ def _on_demand(candidates: dict[str, list[float]], expected: dict[str, list[int]
 
 def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: CompileHistory,
                 calibration: Calibration, targets: tuple[str, ...], earlier: dict[str, float]
-                ) -> tuple[float, int, int]:
-    """A stale bench task's device seconds, measurements and configs measured. ``earlier``: each
-    config's seconds in the shape's earlier record (the interpreter's measurement time)."""
+                ) -> tuple[float, int, int, float]:
+    """A stale bench task's device seconds, measurements, configs measured and the mean warm-up
+    of a measurement (s). ``earlier``: each config's seconds in the shape's earlier record (the
+    interpreter's measurement time)."""
     settings = kp.spec.bench
     candidates = [c for c in staleness.configs_to_measure(kp, unit) if not history.invalid(targets, c.id)]
-    engine = calibration.engine(settings)
-    typical = _known(_median(list(earlier.values())), engine)
+    typical = _known(_median(list(earlier.values())), calibration.engine(settings))
 
     def cost(share: float) -> float:
         if calibration.backend == "cuda":
-            return settings.rep_ms * share * TIMED_STRETCH / 1e3 + engine
+            return settings.rep_ms * share * TIMED_STRETCH / 1e3 + calibration.engine(settings.screening(share))
         return typical
 
     if unit.search.strategy == "ranked":  # what its sources in the cache let it leave out
@@ -463,6 +463,7 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
         seconds = sum(n * cost(share) for n, share in groups)
     measurements = sum(n for n, _ in groups)
     configs = groups[0][0] if groups else 0
+    warmup_s = sum(n * settings.screening(share).warmup_ms for n, share in groups) / 1e3 / max(1, measurements)
     budget = unit.search.budget_seconds
     if budget is not None and seconds > budget:  # the search stops once its seconds are spent
         measurements = max(1, round(measurements * budget / seconds))
@@ -481,7 +482,7 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
         measurements += extra
         # with the configs' last batch when exhaustive (alone where no config is left), else a batch of their own
         batches += int(extra > 0 and (not unit.search.exhaustive or batches == 0))
-    return seconds + batches * calibration.batch(), measurements, configs
+    return seconds + batches * calibration.batch(), measurements, configs, warmup_s
 
 
 def _earlier_seconds(staleness: Staleness, kp: KernelPlan) -> dict[tuple[str, str, tuple], dict[str, float]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceModel
 from aot_tune.manifest import BenchSettings
@@ -83,7 +82,7 @@ def search_shape(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: Benc
                 reused += 1
                 answers[config.id] = known
                 continue
-            settings = replace(bench, rep_ms=short_rep_ms) if short_rep_ms else bench
+            settings = bench.screening(share)
             requests.append(request(kp, unit, config, settings, device))
             lengths[config.id] = (config, short_rep_ms)
         if requests:

@@ -30,12 +30,14 @@ class Lease:
 
     def __init__(self) -> None:
         self.batches: list[list[tuple[str, float]]] = []
+        self.warmups: list[list[float]] = []
 
     def lease(self, upcoming=None) -> "Lease":
         return self
 
     def measure_all(self, requests, timeout_s):
         self.batches.append([(r.config_id, r.settings.rep_ms) for r in requests])
+        self.warmups.append([r.settings.warmup_ms for r in requests])
         time.sleep(0.02)  # the batch's wall time, at least
         # results come as they complete, not in request order
         return [ConfigMeasurement(r.config_id, "ok", times_ms=[fake_time(r.config_id)] * 12, method="events",
@@ -72,6 +74,9 @@ def test_a_surrogate_search_reaches_the_device_in_batches_with_shared_out_second
     assert sizes == [search.INITIAL_DESIGN, search.BATCH, search.BATCH, search.BATCH, search.FINALISTS]
     assert all(rep == 18 * search.SCREEN_SHARE for b in lease.batches[:-1] for _, rep in b)
     assert all(rep == 18 for _, rep in lease.batches[-1])  # the finalists in full
+    # a screening timing's warm-up shrinks with it; the finalists warm up in full
+    assert all(w == pytest.approx(2 * search.SCREEN_SHARE) for b in lease.warmups[:-1] for w in b)
+    assert lease.warmups[-1] == [2] * search.FINALISTS
     assert info.configs_measured == 20 and len(fresh) == 20 + search.FINALISTS and info.reused == 0
     short = [m for m in entries.values() if m.short_rep_ms]
     full = [m for m in entries.values() if not m.short_rep_ms]
