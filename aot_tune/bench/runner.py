@@ -47,6 +47,10 @@ class BenchRequest:
     #: > 0: one of a shape's finalists, timed with the others interleaved in this many rounds
     #: (aot_tune.bench.engine.pipeline); every request of such a batch has it.
     final_rounds: int = 0
+    #: The share of a full timing this is: below 1, a search's screening timing, whose settings
+    #: are already scaled (BenchSettings.screening) and whose fewest samples scale too
+    #: (aot_tune.bench.engine.timing.min_samples).
+    share: float = 1.0
 
 
 @dataclass

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceModel
 from aot_tune.manifest import BenchSettings
@@ -83,7 +84,7 @@ def search_shape(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: Benc
                 answers[config.id] = known
                 continue
             settings = bench.screening(share)
-            requests.append(request(kp, unit, config, settings, device))
+            requests.append(replace(request(kp, unit, config, settings, device), share=min(share, 1.0)))
             lengths[config.id] = (config, short_rep_ms)
         if requests:
             timeout_s = bench_timeout(kp.spec.bench, device.backend, previous)

@@ -5,7 +5,7 @@ One exhaustive run keeps every sample of every config (the bench outputs under
 a GPU: the same search code (aot_tune.search.strategies) runs, and each probe is answered from the record
 of its config; a config invalid in the record is reported invalid when the search reaches it, as
 a real run compiles it on demand then. A full probe gets the recorded measurement; a short probe (a share ``f`` of
-rep_ms) gets the first ``max(MIN_SAMPLES, ceil(f * n))`` of its ``n`` samples, which is what a
+rep_ms) gets the first ``max(min_samples(f), ceil(f * n))`` of its ``n`` samples, which is what a
 short run of the same engine takes (same warm-up, fewer timed samples), priced at the recorded
 seconds less the timed phase it skips. A shape's first probe also pays what building the
 shape's inputs cost the exhaustive run (its largest round trip beyond the measured phases), as
@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aot_tune.bench.engine.timing import MIN_SAMPLES
+from aot_tune.bench.engine.timing import min_samples
 from aot_tune.cache import (config_from_proto, record_bench_dims, record_full_shape, record_shape,
                             set_record_bench_dims, set_record_shape, set_samples)
 from aot_tune.manifest import SearchSettings
@@ -135,7 +135,7 @@ def short_measurement(recorded: Measurement, share: float, rep_ms: float) -> Mea
     samples = list(recorded.times_ms)
     if recorded.status != "ok" or not samples:
         return entry
-    kept = min(len(samples), max(MIN_SAMPLES, math.ceil(share * len(samples))))
+    kept = min(len(samples), max(min_samples(share), math.ceil(share * len(samples))))
     set_samples(entry, samples[:kept])
     entry.seconds = max(0.0, recorded.seconds - recorded.phases.timed * (1 - kept / len(samples)))
     return entry

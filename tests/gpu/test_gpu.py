@@ -233,7 +233,7 @@ def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_pa
     project = make_project(tmp_path, manifest)
     proc = tune(project, "gemm", backend="cuda")
     assert "search: successive_halving, 9 configs per shape: 2 shapes" in proc.stderr, proc.stderr
-    from aot_tune.bench.engine.timing import MIN_SAMPLES
+    from aot_tune.bench.engine.timing import min_samples
     from aot_tune.cache import read_record
 
     for path in (project / ".aot_tune" / "bench").rglob("gemm/*.pb"):
@@ -243,11 +243,12 @@ def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_pa
         assert short and full and record.best.id in {m.config.id for m in full}
         assert {m.short_rep_ms for m in short} <= {2.0, 6.0}  # rep_ms / 9 and rep_ms / 3
         # The samples of a short timing cover about its short rep_ms of GPU time (at least
-        # MIN_SAMPLES launches for a slow kernel), a full timing's about rep_ms. (A record keeps
+        # min_samples launches for a slow kernel), a full timing's about rep_ms. (A record keeps
         # each config's latest measurement, so a promoted config shows only its full one.)
         for m in short:
             covered = sum(m.times_ms) * m.launches_per_sample
-            assert covered <= 2 * max(m.short_rep_ms, MIN_SAMPLES * m.median_ms * m.launches_per_sample), m
+            fewest = min_samples(m.short_rep_ms / 18)
+            assert covered <= 2 * max(m.short_rep_ms, fewest * m.median_ms * m.launches_per_sample), m
         assert all(sum(m.times_ms) * m.launches_per_sample >= 0.8 * 18 for m in full), full
         assert all(m.seconds > 0 for m in short + full)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -31,6 +32,7 @@ class Lease:
     def __init__(self) -> None:
         self.batches: list[list[tuple[str, float]]] = []
         self.warmups: list[list[float]] = []
+        self.shares: list[list[float]] = []
 
     def lease(self, upcoming=None) -> "Lease":
         return self
@@ -38,6 +40,7 @@ class Lease:
     def measure_all(self, requests, timeout_s):
         self.batches.append([(r.config_id, r.settings.rep_ms) for r in requests])
         self.warmups.append([r.settings.warmup_ms for r in requests])
+        self.shares.append([r.share for r in requests])
         time.sleep(0.02)  # the batch's wall time, at least
         # results come as they complete, not in request order
         return [ConfigMeasurement(r.config_id, "ok", times_ms=[fake_time(r.config_id)] * 12, method="events",
@@ -46,14 +49,20 @@ class Lease:
                 for r in reversed(requests)]
 
 
+@dataclass(frozen=True)
+class FakeRequest:
+    config_id: str
+    settings: BenchSettings
+    share: float = 1.0
+
+
 class Session:
     """A bench stage's budgeted path with every compile valid and no seeding shapes."""
 
     compiles = SimpleNamespace(invalid_configs=lambda kp, unit, configs: {})
 
     def search(self, kp, unit, hold, previous, device):
-        request = lambda kp, unit, config, settings, device: SimpleNamespace(config_id=config.id,  # noqa: E731
-                                                                             settings=settings)
+        request = lambda kp, unit, config, settings, device: FakeRequest(config.id, settings)  # noqa: E731
         return searching.search_shape(self.compiles, RunStats(), kp, unit, hold, previous, device, request, [])
 
 
@@ -77,6 +86,8 @@ def test_a_surrogate_search_reaches_the_device_in_batches_with_shared_out_second
     # a screening timing's warm-up shrinks with it; the finalists warm up in full
     assert all(w == pytest.approx(2 * search.SCREEN_SHARE) for b in lease.warmups[:-1] for w in b)
     assert lease.warmups[-1] == [2] * search.FINALISTS
+    # and the engine is told the share, so that its fewest samples scale too
+    assert all(s == search.SCREEN_SHARE for b in lease.shares[:-1] for s in b) and lease.shares[-1] == [1.0] * 3
     assert info.configs_measured == 20 and len(fresh) == 20 + search.FINALISTS and info.reused == 0
     short = [m for m in entries.values() if m.short_rep_ms]
     full = [m for m in entries.values() if not m.short_rep_ms]

@@ -43,6 +43,11 @@ HOST_BOUND_RATIO = 2.0
 GRAPH_SAMPLE_MS = 0.25
 MAX_GRAPH_LAUNCHES = 1024
 MIN_SAMPLES = 10
+#: ... and of a screening timing (a search's share of ``rep_ms``, aot_tune.search), which needs a
+#: rough time to rank by: ``MIN_SAMPLES`` scaled with the share, but never fewer than this. At 10,
+#: the whole GEMM benchmark's 2.2 ms screenings of µs GEMMs were 10 replays of 75-launch graphs,
+#: 6.5 ms of timed launches each.
+MIN_SCREENING_SAMPLES = 3
 MAX_SAMPLES = 10_000
 MAX_WARMUP_LAUNCHES = 4096
 #: GPU time of launches right before the timed ones (other work ran since the check and probe).
@@ -53,6 +58,11 @@ UNUSED_RESERVED_BYTES = 2 << 30
 #: Samples that cover less than this share of ``rep_ms`` (the probe overestimated the kernel)
 #: get more.
 TOP_UP_BELOW = 0.8
+
+
+def min_samples(share: float) -> int:
+    """The fewest samples of a timing of ``share`` of ``rep_ms`` (1: a full timing)."""
+    return MIN_SAMPLES if share >= 1 else max(MIN_SCREENING_SAMPLES, math.ceil(MIN_SAMPLES * share))
 
 
 def runtime_error(request: BenchRequest, exc: BaseException) -> ConfigMeasurement:
@@ -79,7 +89,7 @@ class ConfigTiming:
         self.settings = request.settings
         #: GPU ms the next ``start`` fills with samples, and its fewest samples: the whole timing,
         #: or one slice of it in interleaved finals (``_Pass.measure_interleaved``, aot_tune.bench.engine.pipeline)
-        self.rep_ms, self.min_samples = request.settings.rep_ms, MIN_SAMPLES
+        self.rep_ms, self.min_samples = request.settings.rep_ms, min_samples(request.share)
         self._clocks, self._error = clocks, error
         self._clocks_start = ClockReading()
         self.phases = phases
