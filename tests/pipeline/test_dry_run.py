@@ -102,7 +102,9 @@ def test_the_real_run_records_the_prediction_the_dry_run_printed(project):
     proc = tune(project, "-n", "2")
     (run,) = json.loads((project / ".aot_tune" / "runs.json").read_text())
     assert run["predicted_s"] - run["launch_s"] == pytest.approx(predicted - launched, abs=0.11)  # each printed to 0.1
-    assert set(run["predicted"]) == set(PARTS) and run["predicted_s"] == pytest.approx(sum(run["predicted"].values()))
+    # the total and each of the four parts are kept to 3 decimals: their sum may be 0.002 apart
+    assert set(run["predicted"]) == set(PARTS)
+    assert run["predicted_s"] == pytest.approx(sum(run["predicted"].values()), abs=0.0025)
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("end to end: ")]
     assert f"; predicted {run['predicted_s']:.1f} s (start-up " in line
 
