@@ -44,6 +44,8 @@ import types
 from pathlib import Path
 from typing import Any, Mapping
 
+from aot_tune.triton_compat.layers import HEURISTICS, layer_kind
+
 #: The format of a captured source (``capture``'s ``format``).
 FORMAT = 1
 _SCALARS = (bool, int, float, str, type(None))
@@ -306,11 +308,9 @@ def _resolve(ref: Mapping[str, Any], build: Any) -> Any:
 def heuristic_layers(tuner: Any) -> list:
     """The ``@triton.heuristics`` layers between an autotuner and its Triton function, outermost
     first. Raises ``SourceUnsupported`` for any other layer there."""
-    from triton.runtime import Heuristics
-
     layers, layer = [], tuner.fn
     while _kind(layer) != "jit":
-        if not isinstance(layer, Heuristics):
+        if layer_kind(layer) != HEURISTICS:
             raise SourceUnsupported(f"{type(layer).__name__} wraps the kernel beneath the autotuner")
         layers.append(layer)
         layer = layer.fn
