@@ -58,7 +58,6 @@ class AdditiveModel:
     def fit(self, observations: Sequence[tuple[Hashable, Config, float, float]]) -> None:
         """Fit to ``(group, config, log time, weight)``; each group (shape) gets its own offset."""
         observations = [o for o in observations if o[3] > 0]
-        n = len(observations)
         weights = [weight for _, _, _, weight in observations]
         residual = [y for _, _, y, _ in observations]  # y minus every table's effect (offsets apart)
         group_index: dict[Hashable, int] = {}
@@ -73,29 +72,31 @@ class AdditiveModel:
         group_mass = [0.0] * len(group_index)
         for g, w in zip(groups, weights):
             group_mass[g] += w
+        # each cell's weight, the same in every round
+        masses = []
+        for cells, index in tables:
+            mass = [0.0] * len(index)
+            for c, w in zip(cells, weights):
+                mass[c] += w
+            masses.append(mass)
         for _ in range(ROUNDS):
             sums = [0.0] * len(group_index)
             for g, w, r in zip(groups, weights, residual):
                 sums[g] += w * r
             offsets = [sums[g] / group_mass[g] for g in groups]
-            for (cells, index), effect in zip(tables, effects):
+            for (cells, index), effect, mass in zip(tables, effects, masses):
                 totals = [0.0] * len(index)
-                mass = [0.0] * len(index)
-                for i in range(n):
-                    c = cells[i]
-                    w = weights[i]
-                    totals[c] += w * (residual[i] + effect[c] - offsets[i])
-                    mass[c] += w
+                for c, w, r, o in zip(cells, weights, residual, offsets):
+                    totals[c] += w * (r + effect[c] - o)
                 fresh = [total / (m + SHRINKAGE) for total, m in zip(totals, mass)]
                 change = [old - new for old, new in zip(effect, fresh)]
-                for i in range(n):
-                    residual[i] += change[cells[i]]
+                residual = [r + change[c] for r, c in zip(residual, cells)]
                 effect[:] = fresh
         self._effects = [{key: effect[c] for key, c in index.items()} for (_, index), effect in zip(tables, effects)]
 
     def predict(self, config: Config) -> float:
         """Predicted log time up to the shape's offset (only differences between configs matter)."""
-        return sum(table.get(cell, 0.0) for table, cell in zip(self._effects, self.keys(config)))
+        return sum(map(dict.get, self._effects, self.keys(config), itertools.repeat(0.0)))
 
 
 def maximin_design(candidates: Sequence[Config], count: int, first: Sequence[Config]) -> list[Config]:
