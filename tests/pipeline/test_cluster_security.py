@@ -5,6 +5,7 @@ end. Only loopback addresses are ever contacted here."""
 from __future__ import annotations
 
 import datetime
+import gc
 import ipaddress
 import os
 import shutil
@@ -186,13 +187,20 @@ def strangers_cannot_connect(address: str, other_ca: TlsFiles) -> None:
         with pytest.raises((TypeError, OSError, TimeoutError)):  # no SSL context, reset, wrong certificate
             stranger(target, extra)
         assert time.monotonic() - began < 45, target
+        gc.collect()  # the failed Client's close, now: see ``stranger``
 
 
 def stranger(target: str, extra: dict) -> None:
     """A Client's attempt on ``target``. Before it connects, distributed starts the Client's own
     IO loop in a thread and gives up on it after 10 s with a bare AssertionError: that happened
     twice in this suite's full runs on a 2-core CPU (never in this test alone), with nothing
-    contacted yet, so that one failure is tried again, twice at most."""
+    contacted yet, so that one failure is tried again, twice at most.
+
+    A Client that fails to connect is closed by its ``__del__``, whenever the garbage collector
+    gets to it (its traceback holds it in a cycle). When that was inside the next Client's start,
+    its close waited for a lock that start held, and the test process hung (a CI run, two test
+    files at a time). So a failed attempt is collected before the next one, and the caller
+    collects after each ``stranger``."""
     from distributed import Client
 
     for attempt in range(3):
@@ -204,6 +212,7 @@ def stranger(target: str, extra: dict) -> None:
             started = [frame.name for frame in traceback.extract_tb(err.__traceback__)]
             if "_start_unlocked" not in started or attempt == 2:
                 raise
+        gc.collect()
 
 
 def test_the_local_cluster_speaks_tls_on_loopback_only_with_no_dashboard(tmp_path, certificates):
