@@ -6,8 +6,9 @@ a GPU: the same search code (aot_tune.search.strategies) runs, and each probe is
 of its config; a config invalid in the record is reported invalid when the search reaches it, as
 a real run compiles it on demand then. A full probe gets the recorded measurement; a short probe (a share ``f`` of
 rep_ms) gets the first ``max(min_samples(f), ceil(f * n))`` of its ``n`` samples, which is what a
-short run of the same engine takes (same warm-up, fewer timed samples), priced at the recorded
-seconds less the timed phase it skips. A shape's first probe also pays what building the
+short run of the same engine takes, priced at the recorded seconds less the timed phase it skips
+(its warm-up, also a share of the full one, is not taken off: a host phase of a few replays'
+queuing, where the device's part of it is not recorded). A shape's first probe also pays what building the
 shape's inputs cost the exhaustive run (its largest round trip beyond the measured phases), as
 the first config of a shape does in a real run. The strategy's own compute is timed for real. Shapes are
 searched in the bench stage's order (anchors, then the shapes they seed), and each pick is
