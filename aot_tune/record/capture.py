@@ -249,7 +249,8 @@ def _grids(tuner: Any, named: dict[str, Any], grid: Any) -> tuple[tuple[int, ...
                 meta = {**named, **config.all_kwargs()}
                 layer = tuner.fn
                 while hasattr(layer, "values") and hasattr(layer, "fn"):  # heuristics beneath the autotuner
-                    meta.update({name: rule(meta) for name, rule in layer.values.items()})
+                    for name, rule in layer.values.items():  # in turn, each seeing the ones before, as Triton runs them
+                        meta[name] = rule(dict(meta))
                     layer = layer.fn
                 value = grid(meta)
             else:

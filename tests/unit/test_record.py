@@ -483,3 +483,18 @@ def test_the_commands_last_line_says_what_a_recording_changed() -> None:
     assert last(Folded(added={"gather": 2})) == "  tuning.yaml and recordings/ updated; next: doit tune"
     assert last(Folded(timed=["gather"])) == "  recordings/ updated; tuning.yaml already holds every launch"
     assert last(Folded()) == "  nothing new: tuning.yaml already holds every launch"
+
+
+def test_a_recorded_grid_sees_the_heuristics_as_triton_computes_them_in_turn() -> None:
+    """A heuristic may read one computed before it in the same layer (Triton runs them in turn):
+    the grid recorded for each config sees both, and a grid that cannot be computed is None."""
+    import triton
+    from types import SimpleNamespace
+
+    from aot_tune.record import capture
+
+    layer = SimpleNamespace(values={"HALF": lambda m: m["BLOCK"] // 2, "PROGRAMS": lambda m: m["n"] // m["HALF"]},
+                            fn=SimpleNamespace())  # a @triton.heuristics layer over the Triton function
+    tuner = SimpleNamespace(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], fn=layer)
+    assert capture._grids(tuner, {"n": 256}, lambda meta: (meta["PROGRAMS"], 1)) == ((16, 1), (8, 1))
+    assert capture._grids(tuner, {"n": 256}, lambda meta: (meta["MISSING"],)) == (None, None)
