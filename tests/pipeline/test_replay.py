@@ -138,9 +138,12 @@ def test_a_replay_meets_failed_compiles_as_a_run_compiling_on_demand_does(strate
 def test_budgeted_replays_cost_their_probes_and_short_timings_cost_less():
     total = exhaustive_seconds(SUITE)
     assert total == pytest.approx(0.026 * 46 * len(SUITE))
-    random_ = replay_suite(SUITE, SearchSettings("random", 12))
-    halving = replay_suite(SUITE, SearchSettings("successive_halving", 12))
-    surrogate = replay_suite(SUITE, SearchSettings("surrogate", 12))
+    # the strategies' own compute, which a replay times for real, left out: on a busy CPU (tests
+    # two at a time) it put random's seconds 1.1% over the probes'
+    still = lambda: 0.0  # noqa: E731
+    random_ = replay_suite(SUITE, SearchSettings("random", 12), clock=still)
+    halving = replay_suite(SUITE, SearchSettings("successive_halving", 12), clock=still)
+    surrogate = replay_suite(SUITE, SearchSettings("surrogate", 12), clock=still)
     searching = {r: (r.seconds - r.finals_seconds) / total for r in (random_, halving)}  # the finals aside
     assert searching[random_] == pytest.approx(12 * len(SUITE) * 0.026 / total, rel=0.01)  # 2 of 12 drawn may be invalid
     assert searching[halving] < searching[random_]
@@ -246,7 +249,7 @@ def test_a_ranked_replay_ranks_from_another_devices_records():
     for copy, record in zip(interpreter, SUITE):
         copy.CopyFrom(record)
         copy.device.backend = "interpreter"
-    assert replay_suite(interpreter, SearchSettings("ranked")).time_share == pytest.approx(1.0, rel=0.05)
+    assert replay_suite(interpreter, SearchSettings("ranked"), clock=lambda: 0.0).time_share == pytest.approx(1.0, rel=0.05)
 
 
 def test_a_replay_keeps_a_records_typed_key_and_bench_dims():
