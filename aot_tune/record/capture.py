@@ -242,16 +242,16 @@ def _grids(tuner: Any, named: dict[str, Any], grid: Any) -> tuple[tuple[int, ...
     """The launch grid under each of the autotuner's configs, as Triton computes it."""
     if grid is None:
         raise Unrecordable("it was launched without a grid")
+    layers, layer = [], tuner.fn
+    while hasattr(layer, "values") and hasattr(layer, "fn"):  # heuristics beneath the autotuner
+        layers.append(layer)
+        layer = layer.fn
     grids = []
     for config in tuner.configs:
         try:
             if callable(grid):
                 meta = {**named, **config.all_kwargs()}
-                layer = tuner.fn
-                while hasattr(layer, "values") and hasattr(layer, "fn"):  # heuristics beneath the autotuner
-                    for name, rule in layer.values.items():  # in turn, each seeing the ones before, as Triton runs them
-                        meta[name] = rule(dict(meta))
-                    layer = layer.fn
+                meta.update(kernel_source.heuristic_values(layers, meta))  # in turn, as Triton runs them
                 value = grid(meta)
             else:
                 value = grid
