@@ -7,14 +7,18 @@ back, and wrong or NaN outputs are rejected with their error.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from tunerun import planted
 
-from aot_tune.bench.engine.workload import MAX_INPUT_SETS, plan_rotation
+from aot_tune.bench.engine import timing
+from aot_tune.bench.engine.workload import MAX_INPUT_SETS, Rotation, plan_rotation
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.bench.runner import BenchRequest
 from aot_tune.cache import median_interval
+from aot_tune.manifest import BenchSettings
 from aot_tune.select import TIE_FLOOR, choose, tied_with_fastest
 from aot_tune.tuning_schema import Measurement
 
@@ -85,6 +89,26 @@ def test_rotation_is_capped_by_memory_and_count_and_says_when_l2_stays_warm():
     assert tiny.sets == MAX_INPUT_SETS and not tiny.cold_l2
     off = plan_rotation(set_bytes=1 << 20, cold_bytes=0, free_bytes=100 << 30)
     assert off.sets == 1 and not off.cold_l2
+
+
+def test_a_screening_graph_cycles_through_half_the_rotation_and_a_full_timing_through_all(monkeypatch):
+    """A graph's launches are its capture's host time (one Python launch each): a screening
+    timing's graph of a µs kernel covers half the shape's sets, one L2's bytes between two reads
+    of a set instead of two, and is still recorded cold; a full timing's covers every set."""
+    captured = []
+    monkeypatch.setattr(timing, "_capture", lambda launch, k, first, sets: captured.append(k) or (object(), None))
+    settings = BenchSettings(warmup_ms=2.0, rep_ms=20.0, l2_flush=True, l2_flush_bytes=None)
+    request = BenchRequest(kernel="gemm", root=".", launch_ref="m:f", inputs_ref="m:g", reference_ref=None,
+                           shape=(("M", 256),), dtype="float16", config_id="c", config=(("BLOCK", 64),),
+                           settings=settings)
+    workload = SimpleNamespace(rotation=Rotation(sets=75, cold_l2=True), take_sets=lambda count: 0)
+    for share, launches in ((1.0, 75), (1 / 9, 38), (0.25, 38)):
+        config = timing.ConfigTiming(replace(request, settings=settings.screening(share), share=share), None, 0.0,
+                                     {}, launch=lambda i: None, workload=workload, gpu_ms=0.007, host_ms=0.03,
+                                     check_ms=0.007)
+        config.capture()
+        assert config.method == "graph" and captured[-1] == launches, (share, captured)
+    assert captured == [75, 38, 38]
 
 
 # -- faults through a real device worker ---------------------------------------------------

@@ -48,6 +48,12 @@ MIN_SAMPLES = 10
 #: the whole GEMM benchmark's 2.2 ms screenings of µs GEMMs were 10 replays of 75-launch graphs,
 #: 6.5 ms of timed launches each.
 MIN_SCREENING_SAMPLES = 3
+#: The share of the rotation's input sets a screening timing's graph cycles through: between two
+#: reads of one set, half the rotation's margin (one L2's bytes) of other inputs still passes
+#: through L2. Capturing is one Python launch per launch in the graph: on the whole GEMM benchmark
+#: (H200) a screened µs GEMM's 74-launch capture took 4.8 ms of host time against 2.6 ms timed, so
+#: the device waited for the host.
+SCREENING_SETS_SHARE = 0.5
 MAX_SAMPLES = 10_000
 MAX_WARMUP_LAUNCHES = 4096
 #: GPU time of launches right before the timed ones (other work ran since the check and probe).
@@ -129,7 +135,7 @@ class ConfigTiming:
         began = time.perf_counter()
         sets = self._rotation.sets
         launch_ms = max(self._gpu_ms - probe_overhead_ms, self._gpu_ms / 4, 1e-4)
-        self._k = _clamp(max(math.ceil(GRAPH_SAMPLE_MS / launch_ms), sets), 1, MAX_GRAPH_LAUNCHES)
+        self._k = _clamp(max(math.ceil(GRAPH_SAMPLE_MS / launch_ms), self._cold_sets()), 1, MAX_GRAPH_LAUNCHES)
         self._replay_estimate_ms = self._k * launch_ms
         try:
             self._graph, self._graph_output = _capture(self._launch, self._k, self._take_sets(0), sets)
@@ -168,6 +174,12 @@ class ConfigTiming:
             self._clocks_start = self._read_clocks()  # the GPU is running this config or the one before
         except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
             self._failure = runtime_error(self.request, exc)
+
+    def _cold_sets(self) -> int:
+        """The input sets a graph cycles through so that every launch in its replays reads a cold
+        set: the whole rotation, or for a screening timing ``SCREENING_SETS_SHARE`` of it."""
+        sets = self._rotation.sets
+        return sets if self.request.share >= 1 else max(1, math.ceil(sets * SCREENING_SETS_SHARE))
 
     def _rotating_launch(self, count: int) -> Callable[[int], Any]:
         """Launch ``i`` of the next ``count`` reads the i-th of the next input sets of the rotation."""
@@ -217,7 +229,7 @@ class ConfigTiming:
         if self._failure is not None:
             return self._failure
         self.phases["timed"] = self.phases.get("timed", 0.0) + time.perf_counter() - began
-        cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._rotation.sets)
+        cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._cold_sets())
         self._events = None
         if keep:
             self._warmed_ms = self.settings.warmup_ms  # its samples just ran: a next start rewarms REWARM_MS
@@ -350,8 +362,14 @@ def _make_room() -> None:
     0.038 ms). Freeing waits for the device: rare, gigabytes of freed pools apart."""
     import torch
 
-    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > UNUSED_RESERVED_BYTES:
+    stats = torch.cuda.memory_stats_as_nested_dict()  # read once: memory_reserved() and _allocated() flatten it
+    if _current(stats, "reserved_bytes") - _current(stats, "allocated_bytes") > UNUSED_RESERVED_BYTES:
         torch.cuda.empty_cache()
+
+
+def _current(stats: dict, name: str) -> int:
+    """Bytes of ``name`` over all pools now; a process that has allocated nothing has no entry."""
+    return stats.get(name, {}).get("all", {}).get("current", 0)
 
 
 def _poison_and_replay(graph: Any, output: Any) -> Any:
