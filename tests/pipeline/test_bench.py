@@ -111,6 +111,36 @@ def test_a_screening_graph_cycles_through_half_the_rotation_and_a_full_timing_th
     assert captured == [75, 38, 38]
 
 
+def test_interleaved_finals_report_each_phase_once_over_their_rounds(monkeypatch):
+    """A finalist is checked and captured once, then timed in rounds; its measurement's phases
+    (what a batch's wall time is shared out by, and what records keep) hold the check once and
+    every round's warm-up and timed seconds, not the check once per round."""
+    from aot_tune.bench.engine import pipeline
+
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(timing, "_record_events", lambda runs, body: [body(i) for i in range(runs)])
+    monkeypatch.setattr(timing, "_read_events", lambda pairs: [0.5] * len(pairs))
+    monkeypatch.setattr(timing, "_span_ms", lambda pairs: 0.0)
+    settings = BenchSettings(warmup_ms=2.0, rep_ms=6.0, l2_flush=True, l2_flush_bytes=None)
+    request = BenchRequest(kernel="gemm", root=".", launch_ref="m:f", inputs_ref="m:g", reference_ref=None,
+                           shape=(("M", 4096),), dtype="float16", config_id="c", config=(("BLOCK", 64),),
+                           settings=settings, final_rounds=3)
+    workload = SimpleNamespace(rotation=Rotation(sets=3, cold_l2=True), take_sets=lambda count: 0)
+    config = timing.ConfigTiming(request, None, 0.0, {"check": 7.0}, launch=lambda i: None, workload=workload,
+                                 gpu_ms=0.5, host_ms=0.01, check_ms=0.5)
+    config.capture()
+    assert config.method == "events" and "capture" not in config.phases
+    config.rep_ms, config.min_samples = settings.rep_ms / 3, 4  # as _Pass.measure_interleaved sets them
+    slices = []
+    for round_ in range(3):
+        config.start()
+        slices.append(config.finish(keep=round_ < 2))
+    joined = pipeline._joined(slices)
+    assert joined.phase_seconds["check"] == 7.0
+    assert joined.phase_seconds["warmup"] == 3 and joined.phase_seconds["timed"] == 6  # 1 tick per step and round
+    assert len(joined.times_ms) == 12  # 4 samples of 0.5 ms fill each round's 2 ms
+
 # -- faults through a real device worker ---------------------------------------------------
 
 @pytest.fixture(scope="module")

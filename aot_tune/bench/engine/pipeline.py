@@ -97,16 +97,12 @@ def _timed_step(seconds: Counter[str], name: str, step: Callable[[], None]) -> N
 
 def _joined(rounds: list[ConfigMeasurement]) -> ConfigMeasurement:
     """One config's interleaved slices as one measurement: every sample, the first slice's
-    clocks at its start and the last one's at its end; the first failure if a slice failed."""
+    clocks at its start and the last one's at its end (with its phases, which add up all the
+    slices': ConfigTiming); the first failure if a slice failed."""
     failed = next((m for m in rounds if not m.ok), None)
     if failed is not None:
         return failed
-    first, last = rounds[0], rounds[-1]
-    phases: Counter[str] = Counter()
-    for m in rounds:
-        phases.update(m.phase_seconds)
-    return replace(last, times_ms=[t for m in rounds for t in m.times_ms], clocks_start=first.clocks_start,
-                   phase_seconds=dict(phases))
+    return replace(rounds[-1], times_ms=[t for m in rounds for t in m.times_ms], clocks_start=rounds[0].clocks_start)
 
 
 def measure_wall(request: BenchRequest, workload: Workload) -> ConfigMeasurement:

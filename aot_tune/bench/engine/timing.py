@@ -141,7 +141,7 @@ class ConfigTiming:
             self._graph, self._graph_output = _capture(self._launch, self._k, self._take_sets(0), sets)
         except Exception:  # noqa: BLE001 - capture is an optimization; a failed one falls back
             self.method, self._graph = "events", None
-        self.phases["capture"] = time.perf_counter() - began
+        self._spent("capture", began)
 
     # -- start: queue, asynchronously ----------------------------------------------------------
     def start(self) -> None:
@@ -156,7 +156,7 @@ class ConfigTiming:
                 self._unwritten = _poison_and_replay(graph, self._graph_output)
                 for _ in range(_clamp(math.ceil(rewarm_ms / per_sample) - 1, 0, MAX_SAMPLES)):
                     graph.replay()
-                self.phases["warmup"] = time.perf_counter() - began
+                self._spent("warmup", began)
                 began = time.perf_counter()
                 runs = _clamp(math.ceil(self.rep_ms / per_sample), self.min_samples, MAX_SAMPLES)
                 self._events = _record_events(runs, lambda _: graph.replay())
@@ -167,13 +167,19 @@ class ConfigTiming:
                 launch = self._rotating_launch(rewarm + runs)
                 for i in range(rewarm):
                     launch(i)
-                self.phases["warmup"] = time.perf_counter() - began
+                self._spent("warmup", began)
                 began = time.perf_counter()
                 self._events = _record_events(runs, lambda i: launch(rewarm + i))
-            self.phases["timed"] = time.perf_counter() - began
+            self._spent("timed", began)
             self._clocks_start = self._read_clocks()  # the GPU is running this config or the one before
         except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
             self._failure = runtime_error(self.request, exc)
+
+    def _spent(self, phase: str, began: float) -> None:
+        """Add the host seconds since ``began`` to ``phase``: a config's phases add up over all its
+        steps (every round of interleaved finals, a timing done again), so each finish reports
+        them all so far."""
+        self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - began
 
     def _cold_sets(self) -> int:
         """The input sets a graph cycles through so that every launch in its replays reads a cold
@@ -201,7 +207,7 @@ class ConfigTiming:
             return ClockReading()
         began = time.perf_counter()
         reading = self._clocks.read()
-        self.phases["clocks"] = self.phases.get("clocks", 0.0) + time.perf_counter() - began
+        self._spent("clocks", began)
         return reading
 
     # -- finish: wait and read -----------------------------------------------------------------
@@ -228,7 +234,7 @@ class ConfigTiming:
             return runtime_error(self.request, exc)
         if self._failure is not None:
             return self._failure
-        self.phases["timed"] = self.phases.get("timed", 0.0) + time.perf_counter() - began
+        self._spent("timed", began)
         cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._cold_sets())
         self._events = None
         if keep:
