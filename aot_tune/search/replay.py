@@ -18,9 +18,10 @@ recorded full timing, at its recorded seconds, and the pick is among them. A ``r
 search ranks from the records of another device or toolchain, given beside the replayed ones
 (``foreign``), as the bench stage ranks from the cache's.
 
-Records without seconds or samples (merged caches keep neither) still replay, priced in
-timings: each timing costs 1 whatever its length (without recorded phases the saving of a short
-one is unknown), the strategy's compute nothing; a short probe then sees the full median.
+Records without seconds or samples still replay, priced in timings: each timing costs 1 whatever
+its length (without recorded phases the saving of a short one is unknown), the strategy's compute
+nothing; a short probe then sees the full median. A merged cache keeps seconds but no samples:
+its short probes see the full median at the full price (``keeps_samples`` says which it is).
 """
 from __future__ import annotations
 
@@ -91,6 +92,12 @@ def geomean(values) -> float:
 def exhaustive_seconds(records: Sequence[TuningRecord]) -> float:
     """Bench time of the exhaustive run: every measurement's seconds."""
     return sum(m.seconds for r in records for m in r.measurements)
+
+
+def keeps_samples(records: Sequence[TuningRecord]) -> bool:
+    """Whether the records keep raw samples (bench outputs do, merged caches do not): without
+    them a short probe is answered by the full timing, at its full price."""
+    return any(m.times_ms for r in records for m in r.measurements)
 
 
 def spent_seconds(record: TuningRecord) -> float:

@@ -18,7 +18,8 @@ from aot_tune import cache as cache_io
 from aot_tune.bench.engine.timing import MIN_SCREENING_SAMPLES
 from aot_tune.search import ranked, strategies as search
 from aot_tune.manifest import SearchSettings
-from aot_tune.search.replay import exhaustive_seconds, replay_finals, replay_shape, replay_suite, short_measurement
+from aot_tune.search.replay import (exhaustive_seconds, keeps_samples, replay_finals, replay_shape, replay_suite,
+                                   short_measurement)
 from aot_tune.select import FINALS_MAX, choose, finalists
 from aot_tune.space import Config
 from aot_tune.tuning_schema import Measurement, TuningRecord
@@ -69,6 +70,16 @@ def test_a_short_probe_is_a_prefix_of_the_samples_priced_without_the_skipped_tim
     assert third.runs == 20 and third.median_ms == pytest.approx(sorted(recorded.times_ms[:20])[9:11][0], rel=0.05)
     failed = Measurement(status="crashed", seconds=3.0)
     assert short_measurement(failed, 0.5, 20).seconds == 3.0  # a crash costs what it cost
+
+
+def test_a_merged_cache_is_told_apart_as_replaying_short_probes_at_full_price():
+    """A merged cache keeps each measurement's seconds but none of its samples: a short probe
+    there is the full timing at its full price, which a report must say (keeps_samples)."""
+    merged = cache_io.without_samples(SUITE[0])
+    recorded = merged.measurements[5]
+    assert recorded.seconds > 0 and not recorded.times_ms
+    assert short_measurement(recorded, 1 / 9, rep_ms=20).seconds == recorded.seconds
+    assert keeps_samples(SUITE) and not keeps_samples([merged])
 
 
 def test_a_budget_as_large_as_the_space_replays_the_exhaustive_picks():
