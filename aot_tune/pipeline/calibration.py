@@ -100,13 +100,13 @@ class Calibration:
 
     def startup(self) -> float:
         if self.light:
-            return _known(self.light_startup_s, DEFAULT_LIGHT_STARTUP_S.get(self.backend, 5.0))
-        return _known(self.startup_s, DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
+            return known(self.light_startup_s, DEFAULT_LIGHT_STARTUP_S.get(self.backend, 5.0))
+        return known(self.startup_s, DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
 
     def device_startup(self) -> float:
         if self.light:
-            return _known(self.light_device_startup_s, DEFAULT_LIGHT_DEVICE_STARTUP_S.get(self.backend, 2.0))
-        return _known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
+            return known(self.light_device_startup_s, DEFAULT_LIGHT_DEVICE_STARTUP_S.get(self.backend, 2.0))
+        return known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
 
     def compile(self, kernel_kb: float = 0.0) -> float:
         """A typical compile of a kernel of ``kernel_kb`` KB of code (0: not known), none of whose
@@ -140,18 +140,18 @@ class Calibration:
         return DEFAULT_ENGINE_S.get(self.backend, DEFAULT_ENGINE_S["interpreter"])
 
     def batch(self) -> float:
-        return _known(self.batch_s, DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
+        return known(self.batch_s, DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
 
     def unstaged(self) -> float:
-        return _known(self.unstaged_s, DEFAULT_UNSTAGED_S)
+        return known(self.unstaged_s, DEFAULT_UNSTAGED_S)
 
     def rest_after(self) -> float:
         """The part of ``unstaged`` after the last stage: what a run's progress lines still have ahead."""
-        return min(self.unstaged(), _known(self.rest_after_s, DEFAULT_REST_AFTER_S))
+        return min(self.unstaged(), known(self.rest_after_s, DEFAULT_REST_AFTER_S))
 
     def imports(self, estimate_s: float) -> float:
         """The seconds an import estimated at ``estimate_s`` takes on this machine."""
-        return estimate_s * _known(self.import_ratio, DEFAULT_IMPORT_RATIO.get(self.backend, 1.0))
+        return estimate_s * known(self.import_ratio, DEFAULT_IMPORT_RATIO.get(self.backend, 1.0))
 
     def described(self) -> str:
         """Where the calibration came from, for the dry run's last line."""
@@ -173,7 +173,7 @@ def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[History
     ``light``: for a run whose compiles need no torch."""
     told = [seen for seen in map(observed, [r for r in runs if r.backend == backend and r.ok]) if seen]
     told = told[-CALIBRATION_RUNS:]
-    values: dict[str, float | None] = {name: _median([s[name] for s in told if name in s]) for name in CALIBRATED}
+    values: dict[str, float | None] = {name: median_of([s[name] for s in told if name in s]) for name in CALIBRATED}
     values["import_ratio"] = _ratio(told)
     sources = {name: "project" for name, value in values.items() if value is not None}
     machine: list[HistoryEntry] = []
@@ -185,7 +185,7 @@ def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[History
         seen = [h.observed for h in machine]
         for name in (*CALIBRATED, "import_ratio"):
             if values[name] is None:
-                values[name] = _ratio(seen) if name == "import_ratio" else _median([s[name] for s in seen if name in s])
+                values[name] = _ratio(seen) if name == "import_ratio" else median_of([s[name] for s in seen if name in s])
                 if values[name] is not None:
                     sources[name] = "machine"
     return Calibration(backend, len(told), **values, light=light, machine_runs=len(machine), closeness=closeness,
@@ -271,12 +271,14 @@ def _ratio(seen: Sequence[Mapping[str, float]]) -> float | None:
     """The median observed / estimated import seconds of the runs whose estimate was big enough to tell."""
     ratios = [s["import_s"] / s["import_estimate_s"] for s in seen
               if s.get("import_estimate_s", 0.0) >= IMPORT_RATIO_FLOOR_S and "import_s" in s]
-    return _median(ratios)
+    return median_of(ratios)
 
 
-def _known(value: float | None, default: float) -> float:
+def known(value: float | None, default: float) -> float:
+    """``value``, or ``default`` where nothing told it."""
     return default if value is None else value
 
 
-def _median(values: Sequence[float]) -> float | None:
+def median_of(values: Sequence[float]) -> float | None:
+    """The median, or None of no values."""
     return statistics.median(values) if values else None

@@ -80,7 +80,8 @@ from aot_tune.build.specialize import launch_key
 from aot_tune.cache import record_full_shape
 from aot_tune.pipeline.calibration import (  # noqa: F401 - the model's defaults, here too
     CALIBRATED, DEFAULT_BATCH_S, DEFAULT_COMPILE_S, DEFAULT_COMPILE_S_PER_KB, DEFAULT_DEVICE_STARTUP_S,
-    DEFAULT_ENGINE_S, DEFAULT_REST_AFTER_S, DEFAULT_STARTUP_S, DEFAULT_UNSTAGED_S, Calibration, calibrate, observed)
+    DEFAULT_ENGINE_S, DEFAULT_REST_AFTER_S, DEFAULT_STARTUP_S, DEFAULT_UNSTAGED_S, Calibration, calibrate, known,
+    median_of, observed)
 from aot_tune.pipeline.plan import BenchUnit, CompileUnit, KernelPlan, Plan
 from aot_tune.runs.history import HistoryEntry, MachineKey
 from aot_tune.runs.log import RunRecord
@@ -444,7 +445,7 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
     interpreter's measurement time)."""
     settings = kp.spec.bench
     candidates = [c for c in staleness.configs_to_measure(kp, unit) if not history.invalid(targets, c.id)]
-    typical = _known(_median(list(earlier.values())), calibration.engine(settings))
+    typical = known(median_of(list(earlier.values())), calibration.engine(settings))
 
     def cost(share: float) -> float:
         if calibration.backend == "cuda":
@@ -491,10 +492,3 @@ def _earlier_seconds(staleness: Staleness, kp: KernelPlan) -> dict[tuple[str, st
                                                                     if m.seconds > 0}
             for r in staleness.cache(kp).records}
 
-
-def _known(value: float | None, default: float) -> float:
-    return default if value is None else value
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
