@@ -153,8 +153,9 @@ class Forecast:
     on_demand: list[float] = field(default_factory=list)  # each expected on-demand compile's seconds
     #: (kernel, target, config id) -> a stale compile's predicted seconds (any specialization)
     compile_seconds: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    #: bench task name -> its predicted device seconds
+    #: bench task name -> its predicted device seconds, and its predicted measurements
     bench_seconds: dict[str, float] = field(default_factory=dict)
+    bench_measurements: dict[str, int] = field(default_factory=dict)
     #: the kernel modules' import in each worker (calibrated), and the tuning process's own for
     #: the project's exporters (with torch and triton where they reach them)
     import_s: float = 0.0
@@ -185,6 +186,10 @@ class Forecast:
         if isinstance(unit, CompileUnit):
             return self.compile_seconds.get((unit.kernel, unit.target, unit.config.id))
         return self.bench_seconds.get(unit.name)
+
+    def task_measurements(self, unit: BenchUnit) -> int | None:
+        """A stale bench task's predicted measurements."""
+        return self.bench_measurements.get(unit.name)
 
 
 def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence[RunRecord] = (),
@@ -235,7 +240,7 @@ def forecast(plan: Plan, staleness: Staleness, compile_jobs: int, runs: Sequence
             device_work.device_s += device_s
             device_work.search = "" if unit.search.exhaustive else unit.search.describe()
             warmups.append((warmup_s, measured))
-            result.bench_seconds[unit.name] = device_s
+            result.bench_seconds[unit.name], result.bench_measurements[unit.name] = device_s, measured
             if unit.search.exhaustive:
                 exhaustive.setdefault(unit.device, []).append((device_s, measured))
             else:

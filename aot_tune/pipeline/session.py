@@ -53,15 +53,19 @@ class TuneSession:
     def start_stage(self, stage: str, total: int, units: Iterable[CompileUnit | BenchUnit] = ()) -> None:
         """Set the number of tasks the loader found stale (the count grows if more turn up); with
         those ``units``, the progress lines estimate what is left from the run's prediction."""
-        expected = {}
+        expected, measurements = {}, {}
         if self.forecast is not None:
+            units = list(units)
             expected = {u.name: s for u in units if (s := self.forecast.task_seconds(u)) is not None}
+            measurements = {u.name: n for u in units if isinstance(u, BenchUnit)
+                            and (n := self.forecast.task_measurements(u))}
         lanes = self.executors.compile_jobs if stage == "compile" else sum(d.count for d in self.plan.devices)
         if self.forecast is not None and self._clock is None:
             forecast = self.forecast
             self._clock = RunClock(forecast.bench_s, forecast.rest_after_s, forecast.device_wait_s,
                                    forecast.bench_tail_s)
-        self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes, run=self._clock)
+        self.progress[stage] = Progress(stage, total, expected=expected, lanes=lanes, run=self._clock,
+                                        measurements=measurements)
 
     def specialize(self) -> None:
         """Part of planning (aot_tune.pipeline.specializing), before doit gets the tasks. Where a

@@ -148,11 +148,13 @@ class DeviceHold:
     go while it waits for compiles, so that a bench whose configs have landed measures meanwhile.
     Counts the Triton cache hits of its leases and the seconds it held a device (after the
     device's worker was up): the device time the bench stage's share of timed launches is of.
-    ``on_batch`` hears, after each batch, the device seconds held so far (the progress estimate's
-    measure of how far a running bench task has come)."""
+    ``on_batch`` hears, after each batch, the device seconds held so far and the configs measured
+    so far, the finals left out (the progress estimate's measure of how far a running bench task
+    has come)."""
 
-    def __init__(self, devices, device, on_batch: Callable[[float], None] | None = None) -> None:
+    def __init__(self, devices, device, on_batch: Callable[[float, int], None] | None = None) -> None:
         self._devices, self._device, self._on_batch = devices, device, on_batch
+        self.measured = 0  # results of its batches, the finals' left out
         self._stack: contextlib.ExitStack | None = None
         self._lease = None
         self._since = 0.0
@@ -179,8 +181,10 @@ class DeviceHold:
         """One batch on the device, taken now if not held (its results, all read)."""
         self.batches += 1
         measured = list(self.lease().measure_all(requests, timeout_s))
+        if not (requests and requests[0].final_rounds):
+            self.measured += len(measured)
         if self._on_batch is not None:
-            self._on_batch(self.held_now())
+            self._on_batch(self.held_now(), self.measured)
         return measured
 
     def held_now(self) -> float:

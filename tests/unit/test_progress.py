@@ -278,3 +278,20 @@ def test_a_bench_task_counts_what_is_left_of_its_prediction_by_the_device_time_i
     assert benches.left_s(100.0) == pytest.approx(1.0 + 3 * 4.0)
     benches.advance(task="a", seconds=12.0)
     assert "a" not in benches._spent
+
+
+def test_a_bench_task_that_measured_some_of_its_configs_has_the_rest_of_them_left(clock) -> None:
+    """A device that measures three times as fast as predicted (fla-core's l2norm under the
+    interpreter) has done more than its seconds tell: two tasks of 10 s predicted for 20
+    measurements, 15 made in 2.5 s, leave a quarter of their predictions, not 7.5 s each; one
+    past its count (its finals) a tenth; one with no count yet goes by its device time."""
+    benches = Progress("bench", 3, stream=io.StringIO(), expected={n: 10.0 for n in "abc"}, lanes=1,
+                       measurements={"a": 20, "b": 20})
+    for task in "ab":
+        benches.spent(task, 2.5, measured=15)
+    benches.spent("c", 2.5)
+    assert benches.left_s(100.0) == pytest.approx(2.5 + 2.5 + 7.5)
+    benches.spent("a", 3.0, measured=23)
+    assert benches.left_s(100.0) == pytest.approx(1.0 + 2.5 + 7.5)
+    benches.advance(task="a", seconds=3.0)
+    assert "a" not in benches._measured

@@ -248,13 +248,35 @@ def test_a_hold_does_not_count_what_its_batches_waited_for_the_worker_to_start()
             yield lease
 
     heard = []
-    hold = DeviceHold(Devices(), "h100", on_batch=heard.append)
+    hold = DeviceHold(Devices(), "h100", on_batch=lambda seconds, measured: heard.append(seconds))
     hold.measure_all([], 1.0)
     assert len(heard) == 1 and 0.04 <= heard[0] < 0.25  # after each batch: the device time held so far
     hold.release()
     assert 0.04 <= hold.held_s < 0.25  # 0.3 s and more without the start-up taken out
     assert hold.held_s >= heard[0] and hold.held_now() == hold.held_s
     assert hold.seconds[STARTUP_WAITED] == 0.25
+
+
+def test_a_hold_tells_the_measurements_of_its_batches_and_leaves_the_finals_out():
+    """The progress estimate hears each batch's results so far against the measurements the
+    forecast predicted, which do not count the finals (their seconds are priced apart)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from aot_tune.pipeline.streaming import DeviceHold
+
+    class Devices:
+        @contextlib.contextmanager
+        def lease(self, device, upcoming=None):
+            yield SimpleNamespace(cache_hits=0, cache_misses=0, seconds={}, ready=lambda: None,
+                                  measure_all=lambda requests, timeout_s: list(requests))
+
+    heard = []
+    hold = DeviceHold(Devices(), "h100", on_batch=lambda seconds, measured: heard.append(measured))
+    searched, finals = [SimpleNamespace(final_rounds=0)] * 4, [SimpleNamespace(final_rounds=5)] * 3
+    for batch in (searched, searched, finals):
+        hold.measure_all(batch, 1.0)
+    assert heard == [4, 8, 8]
 
 
 def test_a_bench_waits_for_its_references_compile_without_a_device():
