@@ -185,7 +185,8 @@ def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[History
         seen = [h.observed for h in machine]
         for name in (*CALIBRATED, "import_ratio"):
             if values[name] is None:
-                values[name] = _ratio(seen) if name == "import_ratio" else median_of([s[name] for s in seen if name in s])
+                values[name] = (_ratio(seen) if name == "import_ratio"
+                                else median_of([s[name] for s in seen if name in s]))
                 if values[name] is not None:
                     sources[name] = "machine"
     return Calibration(backend, len(told), **values, light=light, machine_runs=len(machine), closeness=closeness,
