@@ -22,7 +22,7 @@ samples), also xz-compressed: tools/studies/oracle/gemm-paper-h100.tuning.pb.xz 
 gemm-paper-h200.tuning.pb.xz are the H100 and H200 hosts' (docs/bench-log.md), which ``judge``
 takes as ``--oracle`` directly. ``report`` takes them too, but without samples it replays each
 short probe as the full timing at its full price (on the H200 oracle the surrogate at 50 configs
-read 20.5% of the bench seconds, against 8.6% in real runs): give it the raw slices.
+read 20.5% of the bench seconds, against 7.8-8.7% in real runs): give it the raw slices.
 ``budgeted`` runs ``doit tune --dry-run`` and then ``doit tune`` in a fresh project (no caches,
 no Triton cache: compiles included) and writes its records and numbers beside the oracle's.
 ``--retime`` (``budgeted --oracle ... --retime``, or ``judge --retime PROJECT``) also times each pick
