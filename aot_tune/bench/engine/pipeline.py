@@ -35,8 +35,11 @@ from aot_tune.bench.nvml import GpuClocks
 from aot_tune.bench.runner import BenchRequest, BenchSettings, ConfigMeasurement
 
 #: Idle GPU work queued before a check when less than this is queued (``torch.cuda._sleep``),
-#: so the check's and probe's event pairs time the kernel rather than the host issuing it.
-SPACER_MS = 1.0
+#: so the check's event pair times the kernel rather than the host issuing it (about 0.1 ms of
+#: host work from the spacer to the check's launch). A host-bound pass always queues it, and
+#: the host then waits for it before it reads the check: 1 ms here cost a screened µs GEMM
+#: 0.3-1.7 ms (median 0.6) of its 3.8-11 ms on the H200 (docs/bench-log.md, 2026-11-29 evening).
+SPACER_MS = 0.2
 #: GPU spinning queued right before every probe, whatever the pass believes is queued: a probe
 #: that finds the GPU idle times the host's launch (0.04 ms for a 0.007 ms GEMM on the H100
 #: host), so the kernel is timed with events, host-bound, and reads 5x slow; and the next
