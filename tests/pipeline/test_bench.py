@@ -247,3 +247,22 @@ def test_device_workers_import_the_kernels_modules_before_they_are_up(tmp_path):
             assert (tmp_path / "imported-by").read_text() == str(worker_pid)
     finally:
         devices.close()
+
+
+def test_the_pass_profile_times_screenings_in_batches_as_a_search_sends_them():
+    """tools.bench.profile_bench_pass --share/--batch: a shape's sampled configs as screening
+    timings of that share of rep_ms, in passes of that many; bad values are refused."""
+    from tools.bench import profile_bench_pass as tool
+
+    full = tool.requests_for(tool.options(["--shape", "256,256,256", "--configs", "6"]))
+    passes = tool.requests_for(tool.options(["--shape", "256,256,256", "--shape", "512,512,512", "--configs", "6",
+                                             "--share", "0.25", "--batch", "4"]))
+    assert [len(p) for p in passes] == [4, 2, 4, 2]
+    assert [r.config_id for p in passes[:2] for r in p] == [r.config_id for r in full[0]]
+    screened = passes[0][0]
+    assert screened.share == 0.25
+    assert screened.settings.rep_ms == full[0][0].settings.rep_ms * 0.25
+    assert len(full) == 1 and full[0][0].share == 1.0
+    for bad in (["--share", "0"], ["--share", "1.5"], ["--batch", "-1"]):
+        with pytest.raises(SystemExit):
+            tool.options(bad)

@@ -8,7 +8,9 @@ capture, ...). Needs a CUDA GPU.
 
 The configs are first compiled in a child process (filling Triton's disk cache, as the compile
 stage does), so the profiled passes see what a bench task sees: each config's first launch in
-the process, and the shape's set-up (input sets, reference outputs).
+the process, and the shape's set-up (input sets, reference outputs). ``--share 0.111 --batch 4``
+profiles what a budgeted search sends instead: screening timings of a ninth of ``rep_ms``, a
+shape's configs in passes of four (the whole GEMM benchmark's surrogate batches held about 4).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from aot_tune.bench.engine import check, pipeline, timing
@@ -146,23 +149,39 @@ def install_step_timers(log: list[tuple[float, float, str]]) -> None:
 
 
 def requests_for(args) -> list[list]:
+    """The passes to profile: per shape its sampled configs, timed for ``args.share`` of ``rep_ms``
+    (below 1: a search's screening timings), in passes of ``args.batch`` configs (0: one pass)."""
     spec = load_manifest(ROOT / "tuning.yaml").kernel("gemm")
     passes = []
     for text in args.shape:
         shape = tuple(int(v) for v in text.split(","))
-        passes.append([request_for(spec, shape, "float16", c)
-                       for c in sampled_configs(spec, shape, args.configs, random.Random(args.seed))])
+        requests = [request_for(spec, shape, "float16", c)
+                    for c in sampled_configs(spec, shape, args.configs, random.Random(args.seed))]
+        if args.share < 1:
+            requests = [replace(r, settings=r.settings.screening(args.share), share=args.share) for r in requests]
+        size = args.batch or len(requests)
+        passes += [requests[i:i + size] for i in range(0, len(requests), size)]
     return passes
 
 
-def main() -> int:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", action="append", help="M,N,K of tuning.yaml's gemm (repeatable)")
     parser.add_argument("--configs", type=int, default=24, help="seeded sample of each shape's configs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--share", type=float, default=1.0,
+                        help="time each config for this share of rep_ms (below 1: a search's screening timings)")
+    parser.add_argument("--batch", type=int, default=0, help="a shape's configs in passes of this many (0: one pass)")
     parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)  # the child's job
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not 0 < args.share <= 1 or args.batch < 0:
+        parser.error("--share must be in (0, 1] and --batch at least 0")
     args.shape = args.shape or ["4096,4096,4096"]
+    return args
+
+
+def main() -> int:
+    args = options()
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -188,8 +207,10 @@ def main() -> int:
         torch.cuda._sleep(1000)  # marker: the trace's first kernel starts about when the host issued it
         torch.cuda.synchronize()
         began = time.perf_counter()
+        workload, shape = None, None  # a shape's, kept over its passes as a device worker keeps it between batches
         for requests in passes:
-            workload = Workload(requests[0], "cuda:0")
+            if requests[0].shape != shape:
+                workload, shape = Workload(requests[0], "cuda:0"), requests[0].shape
             results += list(pipeline.measure_configs(requests, workload, "cuda", l2_bytes, clocks))
         torch.cuda.synchronize()
         wall = time.perf_counter() - began
@@ -213,7 +234,9 @@ def main() -> int:
         by_kind[kind] = by_kind.get(kind, 0.0) + (e.time_range.end - e.time_range.start) / 1e6
     samples = sum(sum(r.times_ms) * r.launches_per_sample for r in results if r.ok) / 1e3
     ok = sum(r.ok for r in results)
-    print(f"gemm {' + '.join(args.shape)} fp16, {len(results)} configs ({ok} ok), {torch.cuda.get_device_name()}")
+    timing_of = f"{args.share:g} of rep_ms" if args.share < 1 else "full timings"
+    print(f"gemm {' + '.join(args.shape)} fp16, {len(results)} configs ({ok} ok) in {len(passes)} passes, "
+          f"{timing_of}, {torch.cuda.get_device_name()}")
     print(f"pass wall             {wall:7.3f} s")
     print(f"timed samples         {samples:7.3f} s  {samples / wall:6.1%} of the wall")
     print(f"GPU busy (any kernel) {busy_us / 1e6:7.3f} s  {busy_us / 1e6 / wall:6.1%}")
