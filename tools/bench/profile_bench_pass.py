@@ -195,7 +195,7 @@ def main() -> int:
             list(pipeline.measure_configs(requests, Workload(requests[0], "cuda:0"), "cuda", l2_bytes))
         return 0
     subprocess.run([sys.executable, "-m", __spec__.name, "--compile-only", "--configs", str(args.configs), "--seed",
-                    str(args.seed)] + [f"--shape={s}" for s in args.shape], check=True)
+                    str(args.seed), "--share", str(args.share)] + [f"--shape={s}" for s in args.shape], check=True)
     torch.ones(1, device="cuda").add_(1)  # the CUDA context and torch's elementwise kernels, before profiling
     pipeline.warm_up_graphs("cuda:0")  # as a device worker does when it opens its GPU
     clocks = GpuClocks(str(getattr(props, "uuid", "")))  # as a device worker reads them
