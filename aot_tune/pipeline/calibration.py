@@ -283,5 +283,5 @@ def known(value: float | None, default: float) -> float:
 
 
 def median_of(values: Sequence[float]) -> float | None:
-    """The median, or None of no values."""
+    """The median, or None for no values."""
     return statistics.median(values) if values else None
