@@ -219,7 +219,9 @@ class Benches:
         return landed_waves(configs, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
                             self.compiles.landed,
                             lambda cu: self.compiles.claims.claimed(cu.name),
-                            lambda cu: self.compiles.run_once(kp, cu), on_wait, give_up)
+                            lambda cu: self.compiles.run_once(kp, cu), on_wait, give_up,
+                            lambda units, timeout_s: self.compiles.claims.wait_for_any([cu.name for cu in units],
+                                                                                       timeout_s))
 
     def request(self, kp: KernelPlan, unit: BenchUnit, config: Config, settings: BenchSettings,
                 device: DeviceModel) -> BenchRequest:

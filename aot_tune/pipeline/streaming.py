@@ -36,8 +36,10 @@ BENCH_TIMEOUT_FLOOR_S = {"cuda": 120.0, "interpreter": 600.0}
 C = TypeVar("C")
 U = TypeVar("U")
 
-#: How often a bench with nothing landed looks again (a compile takes a second or more).
-POLL_S = 0.05
+#: How often a bench with nothing landed looks again without being woken by a landing: its
+#: straggler judge's pace (aot_tune.pipeline.stragglers), and where the compiles it waits for are
+#: not this run's claims to announce (a caller's own ``landed``).
+POLL_S = 0.5
 
 
 class CompileClaims:
@@ -47,6 +49,7 @@ class CompileClaims:
         self._lock = threading.Lock()
         self._done: dict[str, threading.Event] = {}
         self.errors: dict[str, str] = {}  # name -> what the compile raised (not a kernel fault: those are results)
+        self._watchers: dict[str, list[threading.Event]] = {}  # name -> the waits it ends (wait_for_any)
 
     def _claim(self, name: str) -> threading.Event | None:
         """The new claim's event, or None if ``name`` was claimed before."""
@@ -64,7 +67,33 @@ class CompileClaims:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            done.set()
+            with self._lock:
+                done.set()
+                for wake in self._watchers.pop(name, ()):
+                    wake.set()
+
+    def wait_for_any(self, names: Sequence[str], timeout_s: float) -> None:
+        """Until the claimant of one of ``names`` has finished (at once if one has), or ``timeout_s``.
+        A waiting bench wakes when one of its own compiles lands, not at every landing nor by
+        polling: every stale bench task waits on a thread of its own (aot_tune.commands.loader;
+        fla-core's row kernels have 72), and all of them waking at each of 480 landings took the
+        interpreter lock from the one feeding the device."""
+        wake = threading.Event()
+        with self._lock:
+            if any(self._done[name].is_set() for name in names if name in self._done):
+                return
+            for name in names:
+                self._watchers.setdefault(name, []).append(wake)
+        try:
+            wake.wait(timeout_s)
+        finally:
+            with self._lock:
+                for name in names:
+                    waits = self._watchers.get(name)
+                    if waits is not None and wake in waits:
+                        waits.remove(wake)
+                        if not waits:
+                            del self._watchers[name]
 
     def schedule(self, name: str, work: Callable[[], None], submit: Callable[[Callable[[], None]], None]) -> None:
         """Queue ``work`` through ``submit`` (which runs the job it is given later, on another
@@ -116,13 +145,15 @@ class CompileClaims:
 def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], landed: Callable[[U], bool],
                  claimed: Callable[[U], bool], run_here: Callable[[U], None],
                  on_wait: Callable[[], None] = lambda: None,
-                 give_up: Callable[[list[C]], Sequence[C]] = lambda pending: ()) -> Iterator[list[C]]:
+                 give_up: Callable[[list[C]], Sequence[C]] = lambda pending: (),
+                 wait_for: Callable[[list[U], float], None] | None = None) -> Iterator[list[C]]:
     """``configs`` in waves, in their order within each: every config whose compiles have all
     landed (their record written, or their claimant finished), as soon as one has. With nothing
     landed, ``give_up`` may drop pending configs not worth waiting for (stragglers that cannot
     win: aot_tune.pipeline.stragglers); then a compile nobody claimed is run here (the first in
-    config order), else the claimants are waited for; ``on_wait`` is called before each wait
-    (the bench lets its device go)."""
+    config order), else the claimants are waited for: ``wait_for(compiles, POLL_S)`` returns when
+    one of them lands (CompileClaims.wait_for_any) or ``POLL_S`` has passed; without it, the
+    wait is ``POLL_S``. ``on_wait`` is called before each wait (the bench lets its device go)."""
     pending = list(configs)
     while pending:
         ready = [c for c in pending if all(landed(u) for u in compiles_of(c))]
@@ -139,6 +170,8 @@ def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], 
         unclaimed = next((u for c in pending for u in compiles_of(c) if not landed(u) and not claimed(u)), None)
         if unclaimed is not None:
             run_here(unclaimed)
+        elif wait_for is not None:
+            wait_for([u for c in pending for u in compiles_of(c) if not landed(u)], POLL_S)
         else:
             threading.Event().wait(POLL_S)
 

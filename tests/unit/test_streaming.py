@@ -309,3 +309,55 @@ def test_a_bench_waits_for_its_references_compile_without_a_device():
     assert benches.stats.seconds["waited for compiles"] > 0
     benches._await_reference(kp, SimpleNamespace(reference_config="lib"), device, hold)  # landed: no wait
     assert events == ["device let go", "compiled lib-sm90"]
+
+
+def test_a_waiting_bench_wakes_when_a_compile_lands_not_at_its_next_look(monkeypatch):
+    """Every stale bench task waits on a thread of its own: the claims wake it as one of its
+    compiles lands, instead of each one polling (72 of them for fla-core's row kernels)."""
+    import time
+
+    from aot_tune.pipeline import streaming
+
+    monkeypatch.setattr(streaming, "POLL_S", 30.0)  # a wave that came by polling would take 30 s
+    claims, landed, started = CompileClaims(), set(), threading.Event()
+
+    def compile_task():
+        started.set()
+        time.sleep(0.1)
+        landed.add("x1")
+
+    worker = threading.Thread(target=claims.run_once, args=("x1", compile_task))
+    worker.start()
+    started.wait(10)
+    began = time.monotonic()
+    waves = landed_waves(["x"], lambda c: ["x1"], landed.__contains__, claims.claimed,
+                         lambda name: claims.run_once(name, lambda: landed.add("ran here")),
+                         wait_for=claims.wait_for_any)
+    assert next(waves) == ["x"] and "ran here" not in landed
+    assert time.monotonic() - began < 5.0
+    worker.join()
+
+
+def test_a_wait_ends_when_one_of_its_own_compiles_lands_and_not_at_another_ones():
+    import time
+
+    claims, release = CompileClaims(), {"x1": threading.Event(), "y1": threading.Event()}
+    workers = [threading.Thread(target=claims.run_once, args=(name, lambda name=name: release[name].wait(10)))
+               for name in release]
+    for worker in workers:
+        worker.start()
+    while not (claims.claimed("x1") and claims.claimed("y1")):
+        pass
+    waiter = threading.Thread(target=claims.wait_for_any, args=(["x1"], 30.0))
+    waiter.start()
+    release["y1"].set()
+    workers[1].join()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # another bench's compile landed: this one sleeps on
+    release["x1"].set()
+    waiter.join(5.0)
+    assert not waiter.is_alive()
+    workers[0].join()
+    began = time.monotonic()
+    claims.wait_for_any(["x1", "z1"], 30.0)  # one of them landed before the wait: it returns at once
+    assert time.monotonic() - began < 5.0
