@@ -24,6 +24,7 @@ from aot_tune.pipeline.plan import Plan, build_plan
 from aot_tune.runs.history import read_history
 from aot_tune.runs.log import read_runs
 from aot_tune.pipeline.session import TuneSession
+from aot_tune.pipeline.streaming import waiting_benches
 from aot_tune.runs.progress import eprint
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.guard import entries_missing_from_cache, lost_tables_message
@@ -79,6 +80,10 @@ def guard_tables(plan: Plan, staleness: Staleness) -> None:
             raise TuneError(lost_tables_message(kp.spec, missing))
 
 
+#: The most bench tasks given a doit thread of their own to wait for their compiles on.
+MAX_WAITING_BENCHES = 256
+
+
 class ManifestLoader(TaskLoader2):
     """Builds the stage tasks from the manifest; kernels named on the command line narrow it."""
 
@@ -91,6 +96,7 @@ class ManifestLoader(TaskLoader2):
         self.manifest = None  # read by load_doit_config, which doit calls first
         self.kernel_names: tuple[str, ...] = ()
         self.jobs = os.cpu_count() or 1
+        self.requested_jobs: int | None = None  # -n as given (or the cores)
         self.launch_s = 0.0  # the command's own start before it began the run (the forecast's)
 
     def setup(self, opt_values: dict) -> None:
@@ -148,8 +154,19 @@ class ManifestLoader(TaskLoader2):
     def compile_jobs(self, cluster) -> int:
         """-n: the compile workers. On a cluster -n may exceed the local cores to keep its GPUs
         busy; the compile workers may not."""
-        jobs = int(self.options.get("num_process") or self.jobs)
+        if self.requested_jobs is None:  # doit's thread count is raised once the tasks are known
+            self.requested_jobs = int(self.options.get("num_process") or self.jobs)
+        jobs = self.requested_jobs
         return min(jobs, self.jobs) if cluster is not None else jobs
+
+    def task_threads(self, jobs: int, plan: Plan, staleness: Staleness) -> int:
+        """doit's threads: the compile tasks' ``jobs``, and one more for each stale bench task that
+        waits for the compile stage (up to ``MAX_WAITING_BENCHES``). A bench task holds its thread
+        while it waits: with -n threads only, fla-core's 72 row-kernel benches ran 16 at a time, the
+        first 16 waited up to 15 s for their kernels' slowest compiles, and the device was busy 3-51%
+        of each 2 s of the compile stage's first 14 s while the compiles of shapes not started yet
+        had landed (H200 host)."""
+        return jobs + min(waiting_benches(plan, staleness), MAX_WAITING_BENCHES)
 
     def compile_deadline(self) -> CompileDeadline:
         deadline = CompileDeadline(factor=float(self.options.get("compile_deadline", CompileDeadline.factor)))
@@ -196,6 +213,7 @@ class ManifestLoader(TaskLoader2):
             if working:  # before the tasks: their order and progress lines use it
                 predicted = predict(plan, staleness, jobs, deadline, walk, self.launch_s)
                 self.session.forecast = None if predicted is None or predicted.idle else predicted
+            self.options["num_process"] = self.task_threads(jobs, plan, staleness)  # doit reads it after this
         task_list = []
         for stage in (compile, bench, merge, generate):
             task_list.extend(generate_tasks(stage.__name__, _adapted(stage.tasks(self.session)), stage.__doc__))

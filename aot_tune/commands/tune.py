@@ -30,7 +30,8 @@ from aot_tune.runs.summary import end_to_end, run_record, run_summary
 TUNE_OPTIONS = {
     opt_num_process["name"]: {
         "default": os.cpu_count() or 1,
-        "help": "parallel tasks and compile workers [default: %(default)s, the CPU cores]"},
+        "help": "compile workers and parallel tasks, and a thread more for each bench task that waits "
+                "for its compiles [default: %(default)s, the CPU cores]"},
     opt_parallel_type["name"]: {
         "default": "thread",
         "help": "thread only: the tasks hand work to aot_tune's own worker processes (-P process is "

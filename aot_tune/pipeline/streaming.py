@@ -243,6 +243,13 @@ class DeviceHold:
         stack.close()
 
 
+def waiting_benches(plan, staleness) -> int:
+    """The stale bench tasks that wait for the compile stage's compiles: all but adaptive
+    searches, which compile on demand as they go."""
+    return sum(1 for kp in plan.kernels for unit in kp.bench_units
+               if not unit.compiles_on_demand and not staleness.bench_done(kp, unit))
+
+
 def bench_timeout(settings: BenchSettings, backend: str, previous: TuningRecord | None = None) -> float:
     """The manifest's ``timeout_s``, else the floor of the backend, raised to ten times the slowest
     measurement this shape took before and fifty times the GPU time a config is given."""

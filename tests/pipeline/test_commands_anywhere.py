@@ -66,8 +66,8 @@ def test_help_works_on_every_command(project, command):
 
 def test_tune_help_says_what_the_readme_says(project):
     text = " ".join(aot_tune(project, "help", "tune").stdout.split())
-    # README: `doit tune -n 16   # 16 parallel tasks and compile workers (default: all CPU cores)`
-    assert "-n ARG, --process=ARG parallel tasks and compile workers [default: " in text
+    # README: `doit tune -n 16   # 16 compile workers and parallel tasks (default: all CPU cores)`
+    assert "-n ARG, --process=ARG compile workers and parallel tasks, and a thread more for each bench task" in text
     assert "the CPU cores]" in text and "subprocesses" not in text
     assert "-P ARG, --parallel-type=ARG thread only" in text and "multiprocessing" not in text
     assert "[default: .aot_tune/doit.sqlite3, next to the manifest]" in text

@@ -338,6 +338,40 @@ def test_a_waiting_bench_wakes_when_a_compile_lands_not_at_its_next_look(monkeyp
     worker.join()
 
 
+def test_every_stale_bench_that_waits_for_the_compile_stage_gets_a_doit_thread(tmp_path, monkeypatch):
+    """doit runs a task per thread and a bench task holds its thread while its compiles run: with
+    -n threads only, the first -n benches in doit's order waited for their slow compiles while the
+    shapes whose compiles had landed never started, and the device idled."""
+    from tunerun import make_project, vector_add_manifest
+
+    from aot_tune.bench.runner import INTERPRETER_DEVICE
+    from aot_tune.commands import loader as loader_module
+    from aot_tune.manifest import load_manifest
+    from aot_tune.pipeline.plan import build_plan
+    from aot_tune.pipeline.staleness import Staleness
+    from aot_tune.pipeline.streaming import waiting_benches
+
+    def plan_of(search: str):
+        project = make_project(tmp_path / search.split(",")[0].split()[-1], vector_add_manifest(f"""\
+    space: {{BLOCK_SIZE: [128, 256, 512, 1024], num_warps: [4]}}
+    shapes: [{{n: 300}}, {{n: 500}}, {{n: 704}}, {{n: 900}}, {{n: 1100}}]
+    dtypes: [float32]
+    search: {search}
+"""))
+        manifest = load_manifest(project / "tuning.yaml")
+        plan = build_plan(manifest, INTERPRETER_DEVICE, manifest.kernels)
+        return plan, Staleness(plan)
+
+    streaming_plan = plan_of("{strategy: exhaustive}")
+    assert waiting_benches(*streaming_plan) == 5
+    assert waiting_benches(*plan_of("{strategy: random, budget: {configs: 2}}")) == 5  # drawn up front
+    assert waiting_benches(*plan_of("{strategy: surrogate, budget: {configs: 2}}")) == 0  # compiles on demand
+    loader = loader_module.ManifestLoader()
+    assert loader.task_threads(2, *streaming_plan) == 7
+    monkeypatch.setattr(loader_module, "MAX_WAITING_BENCHES", 3)
+    assert loader.task_threads(2, *streaming_plan) == 5
+
+
 def test_a_wait_ends_when_one_of_its_own_compiles_lands_and_not_at_another_ones():
     import time
 
