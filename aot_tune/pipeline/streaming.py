@@ -76,8 +76,8 @@ class CompileClaims:
         """Until the claimant of one of ``names`` has finished (at once if one has), or ``timeout_s``.
         A waiting bench wakes when one of its own compiles lands, not at every landing nor by
         polling: every stale bench task waits on a thread of its own (aot_tune.commands.loader;
-        fla-core's row kernels have 72), and all of them waking at each of 480 landings took the
-        interpreter lock from the one feeding the device."""
+        fla-core's row kernels have 72). Woken all at each of its 480 landings, they left 2.2 s
+        between the device's batches against 0.6-0.7 s this way (H200 host)."""
         wake = threading.Event()
         with self._lock:
             if any(self._done[name].is_set() for name in names if name in self._done):
