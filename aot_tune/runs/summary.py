@@ -116,13 +116,14 @@ def bench_timing(stats: RunStats) -> str:
     """The bench stage's wall time, how much of it waited for device workers to start (torch and
     CUDA start-up: in a full run they start while the compiles run; a cluster's were up before),
     its wall from the first batch with work for a device (before it, a cold run's benches wait for
-    their first compiles), and where the device time the benches held went: on a cluster, "between
+    their first compiles) and the device time no bench held in it (waiting for compiles to land,
+    or with no bench left), and where the device time the benches held went: on a cluster, "between
     batches" is also each batch's trip through Dask, and the start-up of a worker's device process,
-    which its first batch may wait for, is not device time held."""
+    which its first batch may wait for, is not device time held. (The seconds benches waited for
+    compiles, summed over them, say little: every waiting bench has a thread of its own.)"""
     first, last = stats.spans["bench"]
     started, ready = stats.devices_started_at, stats.devices_ready_at
     devices = stats.devices
-    compiles = stats.seconds["waited for compiles"]
     batches = stats.spans.get("bench batches")
     if ready is None:  # a cluster's workers were up before the run; their device processes start with it
         waited = stats.seconds["device waited for start-up"]  # aot_tune.bench.runner.STARTUP_WAITED
@@ -133,10 +134,14 @@ def bench_timing(stats: RunStats) -> str:
         waited = max(0.0, min(ready, last) - first)
         start_up = (f", {last - first - waited:.1f}s of it after the device workers were up "
                     f"(start-up {ready - (started or ready):.1f}s, {waited:.1f}s of it waited for)")
-    line = (f"bench stage: {last - first:.1f}s on {devices} device(s){start_up}"
-            + (f", {batches[1] - batches[0]:.1f}s from its first batch to its end" if batches else "")
-            + (f"; benches waited {compiles:.1f}s for compiles to land, without a device" if compiles >= 0.05 else ""))
     seconds = stats.seconds
+    line = (f"bench stage: {last - first:.1f}s on {devices} device(s){start_up}"
+            + (f", {batches[1] - batches[0]:.1f}s from its first batch to its end" if batches else ""))
+    if batches and seconds["device held"]:
+        since = max(batches[0], ready) if ready is not None else batches[0]  # held time counts from then
+        idle = devices * max(batches[1] - since, 0.0) - seconds["device held"]
+        if idle >= 0.05:
+            line += f" (device time idle in it {idle:.1f}s: no bench had a landed config to measure)"
     timed = stats.timed_s
     if timed:
         busy = seconds["device held"]  # by the benches, from when its worker was up
