@@ -167,11 +167,12 @@ def landed_waves(configs: Sequence[C], compiles_of: Callable[[C], Sequence[U]], 
             pending = [c for c in pending if id(c) not in dropped]
             continue
         on_wait()
-        unclaimed = next((u for c in pending for u in compiles_of(c) if not landed(u) and not claimed(u)), None)
+        waiting = [u for c in pending for u in compiles_of(c) if not landed(u)]
+        unclaimed = next((u for u in waiting if not claimed(u)), None)
         if unclaimed is not None:
             run_here(unclaimed)
         elif wait_for is not None:
-            wait_for([u for c in pending for u in compiles_of(c) if not landed(u)], POLL_S)
+            wait_for(waiting, POLL_S)
         else:
             threading.Event().wait(POLL_S)
 
