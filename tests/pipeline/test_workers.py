@@ -18,7 +18,7 @@ from tunerun import doit_command, make_project, subprocess_env, tune, vector_add
 from aot_tune import triton_compat
 from aot_tune import forking
 from aot_tune.build.compile import CompileRequest
-from aot_tune.workers.pools import Executors, worker_state
+from aot_tune.workers.pools import COMPILE_NICENESS, Executors, worker_state
 from aot_tune.bench.runner import INTERPRETER_DEVICE
 
 pytest.importorskip("triton")
@@ -58,6 +58,8 @@ def test_compile_workers_are_forks_of_a_server_that_imported_torch_once(tmp_path
         assert state["preload"]["exits_at_once"]  # the server skips its teardown (workers leave by os._exit)
         assert state["modules_imported"] < 20, state  # a spawned worker imports about 1000 here
         assert state["TRITON_CACHE_DIR"] == str(cache) and state["TRITON_INTERPRET"] is None
+        # below this process's CPU priority, so a device worker's host work never waits for a compile
+        assert state["niceness"] == min(19, os.nice(0) + COMPILE_NICENESS), state
         assert all(state["environ"].get(k) == v for k, v in triton_compat.PINNED_ENV.items())
         assert state["environ"]["AOT_TUNE_TEST_MARK"] == "set after the server started"
     assert up < 30  # generous: loaded CI machines; the point is above, nothing is imported
