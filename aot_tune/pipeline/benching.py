@@ -66,12 +66,12 @@ class Benches:
                     entries, fresh = self._measure_all(kp, unit, hold, previous, device, baselines)
                 else:  # adaptive: compiles on demand (aot_tune.pipeline.searching); a random draw: all first
                     if not unit.compiles_on_demand:
-                        waiting, _ = time.perf_counter(), list(self._landed(kp, unit, list(unit.probes), device))
-                        stats.seconds["waited for compiles"] += time.perf_counter() - waiting
+                        for _ in self._landed(kp, unit, list(unit.probes), device):
+                            pass
                     else:
                         self.on_demand_candidates.update(searching.candidate_compiles(kp, unit, device))
                     entries, fresh, search_info = searching.search_shape(
-                        self.compiles, stats, kp, unit, hold, previous, device, self.request,
+                        self.compiles, kp, unit, hold, previous, device, self.request,
                         searching.source_records(self.staleness, kp, unit))
                     baselines = Baselines(unit, wanted, make_request,
                                           lambda cid: cid in entries and not entries[cid].short_rep_ms)
@@ -136,9 +136,7 @@ class Benches:
         device worker that finds it uncompiled compiles it itself, with the device idle."""
         if unit.reference_config is None:
             return
-        waiting = time.perf_counter()
         next(self._landed(kp, unit, [unit.reference_config], device, hold.release), None)
-        self.stats.seconds["waited for compiles"] += time.perf_counter() - waiting
 
     def _measure_all(self, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold, previous: TuningRecord | None,
                      device: DeviceModel, baselines: Baselines):
@@ -156,9 +154,7 @@ class Benches:
                                self.compiles.landed, self.compiles.stragglers, kp.spec.name)
         waves = self._landed(kp, unit, to_measure, device, hold.release, judge.give_up)
         while True:
-            waiting = time.perf_counter()
-            wave = next(waves, None)
-            self.stats.seconds["waited for compiles"] += time.perf_counter() - waiting  # without the device
+            wave = next(waves, None)  # waits without the device
             if wave is None:
                 break
             left -= judge.given_up.keys()  # stragglers that cannot win: not waited for

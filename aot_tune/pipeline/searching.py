@@ -14,7 +14,6 @@ known up front: the compile stage builds it, and the bench waits for it before i
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -25,7 +24,6 @@ from aot_tune.pipeline.plan import BenchUnit, KernelPlan
 from aot_tune.pipeline.recording import measurement_proto, search_proto
 from aot_tune.pipeline.staleness import Staleness
 from aot_tune.pipeline.streaming import DeviceHold, bench_timeout, measure_batch
-from aot_tune.runs.stats import RunStats
 from aot_tune.search import strategies as search
 from aot_tune.select import finals_on
 from aot_tune.space import Config
@@ -35,7 +33,7 @@ from aot_tune.tuning_schema import Measurement, TuningRecord
 MakeRequest = Callable[[KernelPlan, BenchUnit, Config, BenchSettings, DeviceModel], BenchRequest]
 
 
-def compile_on_demand(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: BenchUnit, configs: list[Config],
+def compile_on_demand(compiles: Compiles, kp: KernelPlan, unit: BenchUnit, configs: list[Config],
                       device: DeviceModel, hold: DeviceHold) -> None:
     """Have the compiles of ``configs`` for this bench's targets landed: run the unclaimed ones
     now, side by side, and wait for the rest, without the device."""
@@ -44,12 +42,10 @@ def compile_on_demand(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit:
     if not needed:
         return
     hold.release()  # another bench measures meanwhile
-    waiting = time.perf_counter()
     compiles.run_now(kp, needed.values())
-    stats.seconds["waited for compiles"] += time.perf_counter() - waiting
 
 
-def search_shape(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold,
+def search_shape(compiles: Compiles, kp: KernelPlan, unit: BenchUnit, hold: DeviceHold,
                  previous: TuningRecord | None, device: DeviceModel, request: MakeRequest,
                  sources: list[TuningRecord]):
     """Run the unit's budgeted search: (entries by config id, fresh measurements, the record's
@@ -67,7 +63,7 @@ def search_shape(compiles: Compiles, stats: RunStats, kp: KernelPlan, unit: Benc
         """The configs whose compile failed, compiling them first where need be."""
         configs = list(configs)
         if unit.compiles_on_demand:
-            compile_on_demand(compiles, stats, kp, unit, configs, device, hold)
+            compile_on_demand(compiles, kp, unit, configs, device, hold)
         return compiles.invalid_configs(kp, unit, configs)
 
     def measure_probes(probes) -> list[Measurement]:

@@ -19,7 +19,7 @@ _IMPORTED = (time.time(), time.process_time())
 @dataclass
 class RunStats:
     """Counters are by outcome or by kind; ``seconds`` are worker seconds by kind (``compile``,
-    ``compiling``, ``waited for compiles``, ``device held``, ``measured``, ``device <step>``...);
+    ``compiling``, ``device held``, ``measured``, ``device <step>``...);
     ``spans`` each stage's [first start, last end] in ``time.time()``. The fields after
     ``progress`` describe the run around the stages and are set when it ends."""
 

@@ -15,7 +15,6 @@ from aot_tune.bench.runner import ConfigMeasurement
 from aot_tune.manifest import BenchSettings, SearchSettings
 from aot_tune.space import Config
 from aot_tune.pipeline import searching
-from aot_tune.runs.stats import RunStats
 
 CONFIGS = [Config.from_dict({"A": a, "B": b, "C": c})
            for a, b, c in itertools.product([16, 32, 64, 128], [16, 32, 64, 128], [1, 2, 4])]
@@ -63,7 +62,7 @@ class Session:
 
     def search(self, kp, unit, hold, previous, device):
         request = lambda kp, unit, config, settings, device: FakeRequest(config.id, settings)  # noqa: E731
-        return searching.search_shape(self.compiles, RunStats(), kp, unit, hold, previous, device, request, [])
+        return searching.search_shape(self.compiles, kp, unit, hold, previous, device, request, [])
 
 
 def session_and_unit(budget: int):

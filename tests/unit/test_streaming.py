@@ -282,7 +282,7 @@ def test_a_hold_tells_the_measurements_of_its_batches_and_leaves_the_finals_out(
 def test_a_bench_waits_for_its_references_compile_without_a_device():
     """A shape whose reference launches one of its configs (a recorded entry's: the library's
     own) sends no batch before that config's compile landed: it lets the device go, runs the
-    compile itself if nobody queued it, and counts the wait; a shape without one waits for nothing."""
+    compile itself if nobody queued it; a shape without one waits for nothing."""
     from types import SimpleNamespace
 
     from aot_tune.pipeline.benching import Benches
@@ -306,7 +306,6 @@ def test_a_bench_waits_for_its_references_compile_without_a_device():
     assert events == []
     benches._await_reference(kp, SimpleNamespace(reference_config="lib"), device, hold)
     assert events == ["device let go", "compiled lib-sm90"] and "lib-sm90" in landed
-    assert benches.stats.seconds["waited for compiles"] > 0
     benches._await_reference(kp, SimpleNamespace(reference_config="lib"), device, hold)  # landed: no wait
     assert events == ["device let go", "compiled lib-sm90"]
 
