@@ -34,11 +34,13 @@ from aot_tune.bench.runner import DeviceModel, Runner
 from aot_tune.build.specialize import UNBOUND, SpecializeRequest, SpecializeResult, capture, launch_key
 
 DEFAULT_COMPILE_TIMEOUT_S = 600.0
-#: How much lower than the tuning process's the compile workers' CPU priority is (``nice``). They
-#: fill every core while the device workers measure, and a device worker's host work (checks,
-#: graph captures, launches) then waited for the CPU: on a 4x H200 host a GEMM config measured
-#: while 64 compiles ran cost 6.8 ms of device time besides its timed launches, 3.2 ms after.
-#: Lower, they take only the CPU time the device workers and the tuning process leave.
+#: How much lower than the tuning process's the compile workers' CPU priority is (``nice``) when
+#: the benches run on GPUs. They fill every core while the device workers measure, and a device
+#: worker's host work (checks, graph captures, launches) then waited for the CPU: on a 4x H200
+#: host a GEMM config measured while 64 compiles ran cost 6.8 ms of device time besides its
+#: timed launches, 3.2 ms after. Lower, they take only the CPU time the device workers and the
+#: tuning process leave. Under the interpreter the device worker's measurements are CPU work
+#: like the compiles, which the benches wait for: there the priorities stay equal.
 COMPILE_NICENESS = 10
 
 
@@ -48,15 +50,16 @@ _STARTED: dict = {}
 
 
 def _warm_compile_worker(triton_cache_dir: str, environ: dict[str, str] | None = None,
-                         imports: tuple[tuple[str, str], ...] = (), torch: bool = True) -> None:
+                         imports: tuple[tuple[str, str], ...] = (), torch: bool = True, niceness: int = 0) -> None:
     """Pool initializer: take the pool's environment, pin Triton's cache and env before any
     compile, and import what the fork server did not (everything, for a spawned worker), then
     the kernels' modules (``imports``): every worker starts with the run, so a library's import
     overlaps the captures instead of delaying a worker's first compile. ``torch=False``: no
-    compile of the run needs torch (aot_tune.forking.start_server), so none is imported."""
+    compile of the run needs torch (aot_tune.forking.start_server), so none is imported.
+    ``niceness``: how much to lower the worker's CPU priority (``COMPILE_NICENESS``, or 0)."""
     _STARTED["torch_preloaded"] = "torch" in sys.modules
-    if hasattr(os, "nice"):
-        os.nice(COMPILE_NICENESS)
+    if niceness and hasattr(os, "nice"):
+        os.nice(niceness)
     modules = len(sys.modules)
     forking.exit_with_owner(environ)
     forking.adopt_environment(environ)
@@ -134,7 +137,8 @@ class Executors:
         """Compile workers in ``context`` (the fork server's, or spawn), set up for this run."""
         return cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_warm_compile_worker,
                                       initargs=(self.triton_cache_dir, forking.environment(), self.kernel_imports,
-                                                self.compiles_need_torch))
+                                                self.compiles_need_torch,
+                                                COMPILE_NICENESS if self.device.backend == "cuda" else 0))
 
     def start_compiles(self) -> None:
         """Start the compile workers now, all of them, in the background: the fork server begins
