@@ -119,8 +119,7 @@ def bench_timing(stats: RunStats) -> str:
     their first compiles) and the device time no bench held in it (waiting for compiles to land,
     or with no bench left), and where the device time the benches held went: on a cluster, "between
     batches" is also each batch's trip through Dask, and the start-up of a worker's device process,
-    which its first batch may wait for, is not device time held. (The seconds benches waited for
-    compiles, summed over them, say little: every waiting bench has a thread of its own.)"""
+    which its first batch may wait for, is not device time held."""
     first, last = stats.spans["bench"]
     started, ready = stats.devices_started_at, stats.devices_ready_at
     devices = stats.devices
