@@ -14,7 +14,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from aot_tune.manifest import BenchSettings
 from aot_tune.runs.history import CLOSENESS, HistoryEntry, MachineKey, append_history, comparable
 from aot_tune.runs.log import STAGE_ORDER, RunRecord, time_split
 
@@ -38,9 +37,10 @@ DEFAULT_COMPILE_S = 0.35
 #: for three of fla-core's delta-rule kernels (3.5 KB on average, compiles of 0.3-6 s), whose
 #: compiles the flat default put at a quarter of what they took.
 DEFAULT_COMPILE_S_PER_KB = 0.35
-#: A measurement beyond its timed launches: on a GPU, the check, probe, capture and load on top
-#: of ``warmup_ms`` (about 5 ms on the H100 host); on the interpreter, the whole measurement
-#: (0.042-0.066 s in six fresh runs of fla-core's l2norm and this repository on a 2-core CPU).
+#: A measurement beyond its timed launches: on a GPU, the check, probe, capture and load beside
+#: ``warmup_ms``, which a batch's first config alone runs on its own launches (about 5 ms with
+#: ``warmup_ms`` on the H100 host); on the interpreter, the whole measurement (0.042-0.066 s in six
+#: fresh runs of fla-core's l2norm and this repository on a 2-core CPU).
 DEFAULT_ENGINE_S = {"cuda": 0.004, "interpreter": 0.05}
 #: A batch's input sets and the bench task's own work around it: 5 ms a batch on the H100 host
 #: over the 832 batches of a budgeted run of the paper's whole GEMM benchmark; 2-3 ms on the
@@ -126,19 +126,17 @@ class Calibration:
             return self.compile_s
         return DEFAULT_COMPILE_S_PER_KB * kernel_kb if kernel_kb > 0 else DEFAULT_COMPILE_S
 
-    def engine(self, settings: BenchSettings) -> float:
-        """A measurement's seconds beyond its timed launches; on a GPU, the kernel's
-        ``warmup_ms`` and what runs took beyond theirs where they told it."""
+    def engine(self) -> float:
+        """A measurement's seconds beyond its timed launches; on a GPU, beyond the warm-up too
+        (a batch's, which the forecast prices per batch), where runs told it."""
         if self.backend == "cuda":
             for origin in ("project", "machine", None):
                 if self.engine_extra_s is not None and self.sources.get("engine_extra_s") == origin:
-                    return settings.warmup_ms / 1e3 + self.engine_extra_s
+                    return self.engine_extra_s
                 if self.engine_s is not None and self.sources.get("engine_s") == origin:
                     return self.engine_s
         elif self.engine_s is not None:
             return self.engine_s
-        if self.backend == "cuda":
-            return settings.warmup_ms / 1e3 + DEFAULT_ENGINE_S["cuda"]
         return DEFAULT_ENGINE_S.get(self.backend, DEFAULT_ENGINE_S["interpreter"])
 
     def batch(self) -> float:

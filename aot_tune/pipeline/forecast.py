@@ -28,24 +28,25 @@ A run is four parts, added up:
   config and target.
 * **bench**: per measurement, on a GPU, the timed launches (``rep_ms`` x the share a budgeted
   search gives it, x 1.1: the engine fills a bit over ``rep_ms``) plus the engine's overhead
-  (check, warm-up, probe, graph capture, kernel load); on the interpreter, that config's
-  ``seconds`` in the shape's earlier record. A ``ranked`` search measures its first batch and
+  (check, probe, graph capture, kernel load); on the interpreter, that config's ``seconds`` in the
+  shape's earlier record. A ``ranked`` search measures its first batch and
   ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
   shape, every config where it holds none, each timing ``ranked.SCREEN_SHARE`` of ``rep_ms`` on a
   GPU. On a GPU, the finals time up to ``select.FINALS_MAX`` configs again for
-  ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an overhead per batch sent
-  to the device worker; a config that failed to compile every time before costs no measurement. A
-  bench task's seconds are spread over its model's devices (longest first). Benches stream behind
-  the compiles, so the bench part is what the benches add after the compile part: they start once
-  the first compile landed and the device workers are up (they start with the captures and import
-  the kernels' modules side by side with the compile workers, so from the compiles' start they
-  wait only for what their start-up takes beyond the compile workers'), and end no sooner than the
-  last compile plus one measurement per bench (a random draw under a configs budget waits for all
-  its compiles). An adaptive search compiles on demand (aot_tune.pipeline.searching): per target,
-  the distinct candidates not compiled yet that its stale benches needing the target reach if each
-  drew the configs it is expected to measure at random (``_on_demand``), each at their mean
-  predicted seconds; they are list-scheduled over the compile workers and added to the bench part
-  (the searches wait for them).
+  ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an overhead per batch sent to
+  the device worker, and on a GPU its first config's ``warmup_ms`` (the later configs warm up
+  behind the timed launches ahead of them); a config that failed to compile every time before costs
+  no measurement. A bench task's seconds are spread over its model's devices (longest first).
+  Benches stream behind the compiles, so the bench part is what the benches add after the compile
+  part: they start once the first compile landed and the device workers are up (they start with the
+  captures and import the kernels' modules side by side with the compile workers, so from the
+  compiles' start they wait only for what their start-up takes beyond the compile workers'), and
+  end no sooner than the last compile plus one measurement per bench (a random draw under a configs
+  budget waits for all its compiles). An adaptive search compiles on demand
+  (aot_tune.pipeline.searching): per target, the distinct candidates not compiled yet that its
+  stale benches needing the target reach if each drew the configs it is expected to measure at
+  random (``_on_demand``), each at their mean predicted seconds; they are list-scheduled over the
+  compile workers and added to the bench part (the searches wait for them).
 * **rest**: the command's own start before the run (``launch_s``: its interpreter's start and
   imports, measured in the forecasting process: the dry run's start is the run's), planning, merge
   and generate; and where a kernel with work exports through the project's own exporter
@@ -308,12 +309,11 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
     capture = sum(k.to_capture for k in result.kernels)
     compile_wall, first_landing = list_schedule(result.compiles, result.compile_jobs)
     if result.compiles or result.on_demand or capture:
-        # the captures are split over the compile workers (aot_tune.pipeline.specializing)
-        # each worker imports the kernel modules before its first capture or compile
+        # the captures are split over the compile workers (aot_tune.pipeline.specializing), each
+        # importing the kernel modules before its first capture or compile
         result.startup_s = calibration.startup() + result.import_s + capture * CAPTURE_S / result.compile_jobs
-        # device workers start with the captures and import the kernel modules while they start,
-        # as the compile workers do (aot_tune.pipeline.session): from the compiles' start, they
-        # wait only for what their start-up takes beyond the compile workers'
+        # device workers start with the captures and import the kernel modules as the compile workers
+        # do (aot_tune.pipeline.session): from the compiles' start, they wait only for the rest
         device_wait = max(0.0, calibration.device_startup() - calibration.startup())
     elif result.bench_seconds:  # the device workers wait for the fork server's imports first
         result.startup_s = calibration.startup() + calibration.device_startup() + result.import_s
@@ -445,16 +445,16 @@ def _on_demand(candidates: dict[str, list[float]], expected: dict[str, list[int]
 def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: CompileHistory,
                 calibration: Calibration, targets: tuple[str, ...], earlier: dict[str, float]
                 ) -> tuple[float, int, int, float]:
-    """A stale bench task's device seconds, measurements, configs measured and the mean warm-up
-    of a measurement (s). ``earlier``: each config's seconds in the shape's earlier record (the
-    interpreter's measurement time)."""
+    """A stale bench task's device seconds, measurements, configs measured and the warm-up per
+    measurement, the finals' included (s). ``earlier``: each config's seconds in the shape's
+    earlier record."""
     settings = kp.spec.bench
     candidates = [c for c in staleness.configs_to_measure(kp, unit) if not history.invalid(targets, c.id)]
-    typical = known(median_of(list(earlier.values())), calibration.engine(settings))
+    typical = known(median_of(list(earlier.values())), calibration.engine())
 
     def cost(share: float) -> float:
         if calibration.backend == "cuda":
-            return settings.rep_ms * share * TIMED_STRETCH / 1e3 + calibration.engine(settings.screening(share))
+            return settings.rep_ms * share * TIMED_STRETCH / 1e3 + calibration.engine()
         return typical
 
     if unit.search.strategy == "ranked":  # what its sources in the cache let it leave out
@@ -467,28 +467,29 @@ def _bench_cost(kp: KernelPlan, unit: BenchUnit, staleness: Staleness, history: 
         seconds = sum(earlier.get(c.id, typical) for c in candidates)
     else:
         seconds = sum(n * cost(share) for n, share in groups)
-    measurements = sum(n for n, _ in groups)
-    configs = groups[0][0] if groups else 0
-    warmup_s = sum(n * settings.screening(share).warmup_ms for n, share in groups) / 1e3 / max(1, measurements)
+    measurements, configs = sum(n for n, _ in groups), (groups[0][0] if groups else 0)
     budget = unit.search.budget_seconds
     if budget is not None and seconds > budget:  # the search stops once its seconds are spent
         measurements = max(1, round(measurements * budget / seconds))
         configs = min(configs, measurements)
         batches = max(1, round(batches * budget / seconds))
         seconds = budget + cost(1.0)
+    warmup_ms = max((settings.screening(share).warmup_ms for _, share in groups), default=0.0) * batches
     # the finals (select.finalists): a batch, among the full timings, else the longest short ones
     compared = sum(n for n, share in groups if share >= 1.0) or max(groups, key=lambda g: g[1], default=(0, 0))[0]
-    if finals_on(calibration.backend) and min(compared, measurements) >= 2:
-        seconds += min(FINALS_MAX, compared, measurements) * cost(FINALS_SHARE)
-        batches += 1
+    finals = min(FINALS_MAX, compared, measurements) if finals_on(calibration.backend) else 0
+    if finals >= 2:
+        seconds += finals * cost(FINALS_SHARE)
+        batches, warmup_ms = batches + 1, warmup_ms + settings.warmup_ms
     if staleness.baselines_to_measure(kp, unit):
-        default = unit.default_config
-        extra = bool(unit.vendor) + (default is not None and default not in unit.configs)
+        extra = bool(unit.vendor) + (unit.default_config is not None and unit.default_config not in unit.configs)
         seconds += extra * cost(1.0)
         measurements += extra
         # with the configs' last batch when exhaustive (alone where no config is left), else a batch of their own
         batches += int(extra > 0 and (not unit.search.exhaustive or batches == 0))
-    return seconds + batches * calibration.batch(), measurements, configs, warmup_s
+    warmup_s = warmup_ms / 1e3 if calibration.backend == "cuda" else 0.0
+    per_measurement = warmup_s / max(1, measurements + finals * (finals >= 2))
+    return seconds + batches * calibration.batch() + warmup_s, measurements, configs, per_measurement
 
 
 def _earlier_seconds(staleness: Staleness, kp: KernelPlan) -> dict[tuple[str, str, tuple], dict[str, float]]:

@@ -141,6 +141,55 @@ def test_interleaved_finals_report_each_phase_once_over_their_rounds(monkeypatch
     assert joined.phase_seconds["warmup"] == 3 and joined.phase_seconds["timed"] == 6  # 1 tick per step and round
     assert len(joined.times_ms) == 12  # 4 samples of 0.5 ms fill each round's 2 ms
 
+
+def test_a_config_warms_up_on_its_own_launches_only_where_nothing_runs_ahead_of_it(monkeypatch):
+    """``warmup_ms`` of GPU time runs right before a config's timed launches. A pass's first
+    config makes it up with its own launches (the check and probe count); behind another
+    config's queued timed launches, and in its later rounds, it runs one launch of its own."""
+    from aot_tune.bench.engine import pipeline
+
+    launches = []
+    monkeypatch.setattr(timing, "_record_events", lambda runs, body: [body(i) for i in range(runs)])
+    monkeypatch.setattr(timing, "_read_events", lambda pairs: [0.25] * len(pairs))
+    monkeypatch.setattr(timing, "_span_ms", lambda pairs: 0.0)
+    settings = BenchSettings(warmup_ms=2.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
+    request = BenchRequest(kernel="gemm", root=".", launch_ref="m:f", inputs_ref="m:g", reference_ref=None,
+                           shape=(("M", 4096),), dtype="float16", config_id="c", config=(("BLOCK", 64),),
+                           settings=settings)
+    workload = SimpleNamespace(rotation=Rotation(sets=3, cold_l2=True), take_sets=lambda count: 0)
+
+    def own_warmup(ahead_ms: float, rounds: int = 1) -> list[int]:
+        """The config's own untimed launches before each round's timed ones (events-timed: a
+        0.25 ms kernel, 20 timed launches a round)."""
+        config = timing.ConfigTiming(request, None, 0.0, {}, launch=launches.append, workload=workload,
+                                     gpu_ms=0.25, host_ms=0.01, check_ms=0.25)
+        config.capture()
+        assert config.method == "events"
+        counts = []
+        for round_ in range(rounds):
+            launches.clear()
+            config.start(ahead_ms if round_ == 0 else 0.0)
+            counts.append(len(launches) - 20)
+            config.finish(keep=round_ < rounds - 1)
+        return counts
+
+    assert own_warmup(0.0) == [6]  # 2 ms less the check's and probe's 0.5 ms, in 0.25 ms launches
+    assert own_warmup(2.0) == [1]
+    assert own_warmup(1.0) == [2]  # what the queue ahead leaves of warmup_ms
+    assert own_warmup(0.0, rounds=3) == [6, 1, 1]
+
+    class Queued:
+        def __init__(self, ms: float) -> None:
+            self.ms = ms
+
+        def queued_for(self, ms: float) -> bool:
+            return self.ms >= ms
+
+    first = SimpleNamespace(settings=settings)
+    assert pipeline._ahead_ms(first, None) == 0.0
+    assert pipeline._ahead_ms(first, Queued(1.0)) == 0.0  # too little ahead: the GPU may idle before it
+    assert pipeline._ahead_ms(first, Queued(3.0)) == 2.0
+
 # -- faults through a real device worker ---------------------------------------------------
 
 @pytest.fixture(scope="module")

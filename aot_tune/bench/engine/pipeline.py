@@ -190,7 +190,7 @@ class _Pass:
             check = _Check(request, self.workload, gpu_busy=busy)
             self.in_flight.append(request.config_id)
             if ready is not None:
-                ready.start()
+                ready.start(_ahead_ms(ready, running))
                 self._prepare_behind(ready)
             if running is not None:
                 yield self._finish(running)
@@ -202,7 +202,7 @@ class _Pass:
                 continue
             ready = prepared
         if ready is not None:
-            ready.start()
+            ready.start(_ahead_ms(ready, running))
             self._prepare_behind(ready)
         for timing in (running, ready):
             if timing is not None:
@@ -232,7 +232,7 @@ class _Pass:
                 continue
             prepared.rep_ms = prepared.request.settings.rep_ms / rounds
             prepared.min_samples = max(1, math.ceil(MIN_SAMPLES / rounds))
-            prepared.start()
+            prepared.start(_ahead_ms(prepared, timings[-1] if timings else None))
             timings.append(prepared)
         # each slice read is followed at once by that config's next one, queued behind the other
         # configs' slices of this round: the GPU never waits for the host between rounds
@@ -409,6 +409,14 @@ class _Check:
         phases = {"check": self.enqueue_seconds + time.perf_counter() - began}
         return ConfigTiming(self.request, clocks, error, phases, launch=self.run, workload=self.workload,
                             gpu_ms=gpu_ms, host_ms=self.host_ms, check_ms=check_ms)
+
+
+def _ahead_ms(timing: ConfigTiming, before: ConfigTiming | None) -> float:
+    """The GPU time queued ahead of ``timing``'s start that counts toward its ``warmup_ms``: all
+    of it while ``before`` still has that much of its timed launches to start (they run back to
+    back ahead of it), else none (a pass's first config warms up on its own launches)."""
+    warmup_ms = timing.settings.warmup_ms
+    return warmup_ms if before is not None and before.queued_for(warmup_ms) else 0.0
 
 
 def _keep_busy(ms: float) -> None:

@@ -4,8 +4,10 @@
    behind other work (``SPACER_MS`` of GPU spinning when too little is queued, and always
    ``PROBE_SPACER_MS`` right before the probe; see aot_tune.bench.engine.pipeline) so the
    events time the kernel and not the host issuing it.
-   It gives the per-launch GPU time and the host time of one events-timed sample. The rest of
-   ``warmup_ms`` (at least ``REWARM_MS``) runs right before the timed launches.
+   It gives the per-launch GPU time and the host time of one events-timed sample. Right before
+   the timed launches the GPU runs the rest of ``warmup_ms``: other configs' work queued back to
+   back ahead of them counts (it keeps the clocks up as the config's own launches would), and
+   one launch (one graph replay) of the config's own always runs first.
 2. Kernels that are short (under ``GRAPH_BELOW_MS``) or under ``HOST_BOUND_RATIO`` times what an
    events-timed sample costs the host are timed as CUDA-graph replays of many launches, so host
    launch overhead cannot leak into the samples; the others get a pair of CUDA events around
@@ -56,8 +58,6 @@ MIN_SCREENING_SAMPLES = 3
 SCREENING_SETS_SHARE = 0.5
 MAX_SAMPLES = 10_000
 MAX_WARMUP_LAUNCHES = 4096
-#: GPU time of launches right before the timed ones (other work ran since the check and probe).
-REWARM_MS = 0.5
 #: Memory torch may hold reserved for no tensor (the pools of finished graphs, mostly) before a
 #: capture hands it back (``_make_room``).
 UNUSED_RESERVED_BYTES = 2 << 30
@@ -144,12 +144,14 @@ class ConfigTiming:
         self._spent("capture", began)
 
     # -- start: queue, asynchronously ----------------------------------------------------------
-    def start(self) -> None:
-        """Queue the rest of the warm-up (at least ``REWARM_MS``: another config ran since the
-        probe) and the timed launches, without waiting."""
+    def start(self, ahead_ms: float = 0.0) -> None:
+        """Queue the rest of the warm-up and the timed launches, without waiting. ``ahead_ms``:
+        GPU time of other work queued back to back ahead of this start (another config's timed
+        launches), which counts toward ``warmup_ms``. One launch of its own (one graph replay)
+        always comes first: other kernels ran since its probe."""
         try:
             began = time.perf_counter()
-            rewarm_ms = max(REWARM_MS, self.settings.warmup_ms - self._warmed_ms)
+            rewarm_ms = max(0.0, self.settings.warmup_ms - self._warmed_ms - ahead_ms)
             if self.method == "graph":
                 graph, per_sample = self._graph, max(self._replay_estimate_ms, 1e-4)
                 self._take_sets(self._k)  # every replay reads the sets the graph captured
@@ -238,7 +240,7 @@ class ConfigTiming:
         cold = self._rotation.cold_l2 and (self.method != "graph" or self._k >= self._cold_sets())
         self._events = None
         if keep:
-            self._warmed_ms = self.settings.warmup_ms  # its samples just ran: a next start rewarms REWARM_MS
+            self._warmed_ms = self.settings.warmup_ms  # its samples just ran: a next start runs one launch
         else:
             self._graph = self._graph_output = None
         return ConfigMeasurement(self.request.config_id, "ok", times_ms=times, error_norm=self._error,
