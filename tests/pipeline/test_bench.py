@@ -111,6 +111,20 @@ def test_a_screening_graph_cycles_through_half_the_rotation_and_a_full_timing_th
     assert captured == [75, 38, 38]
 
 
+def _request(settings: BenchSettings, **changes) -> BenchRequest:
+    """A GEMM config's request, as the engine's timing sees it."""
+    return BenchRequest(kernel="gemm", root=".", launch_ref="m:f", inputs_ref="m:g", reference_ref=None,
+                        shape=(("M", 4096),), dtype="float16", config_id="c", config=(("BLOCK", 64),),
+                        settings=settings, **changes)
+
+
+def _events_read_as(monkeypatch, sample_ms: float) -> None:
+    """No GPU: each queued sample runs its body at once and reads ``sample_ms``."""
+    monkeypatch.setattr(timing, "_record_events", lambda runs, body: [body(i) for i in range(runs)])
+    monkeypatch.setattr(timing, "_read_events", lambda pairs: [sample_ms] * len(pairs))
+    monkeypatch.setattr(timing, "_span_ms", lambda pairs: 0.0)
+
+
 def test_interleaved_finals_report_each_phase_once_over_their_rounds(monkeypatch):
     """A finalist is checked and captured once, then timed in rounds; its measurement's phases
     (what a batch's wall time is shared out by, and what records keep) hold the check once and
@@ -119,13 +133,9 @@ def test_interleaved_finals_report_each_phase_once_over_their_rounds(monkeypatch
 
     ticks = iter(range(10_000))
     monkeypatch.setattr(timing.time, "perf_counter", lambda: float(next(ticks)))
-    monkeypatch.setattr(timing, "_record_events", lambda runs, body: [body(i) for i in range(runs)])
-    monkeypatch.setattr(timing, "_read_events", lambda pairs: [0.5] * len(pairs))
-    monkeypatch.setattr(timing, "_span_ms", lambda pairs: 0.0)
+    _events_read_as(monkeypatch, 0.5)
     settings = BenchSettings(warmup_ms=2.0, rep_ms=6.0, l2_flush=True, l2_flush_bytes=None)
-    request = BenchRequest(kernel="gemm", root=".", launch_ref="m:f", inputs_ref="m:g", reference_ref=None,
-                           shape=(("M", 4096),), dtype="float16", config_id="c", config=(("BLOCK", 64),),
-                           settings=settings, final_rounds=3)
+    request = _request(settings, final_rounds=3)
     workload = SimpleNamespace(rotation=Rotation(sets=3, cold_l2=True), take_sets=lambda count: 0)
     config = timing.ConfigTiming(request, None, 0.0, {"check": 7.0}, launch=lambda i: None, workload=workload,
                                  gpu_ms=0.5, host_ms=0.01, check_ms=0.5)
@@ -149,13 +159,9 @@ def test_a_config_warms_up_on_its_own_launches_only_where_nothing_runs_ahead_of_
     from aot_tune.bench.engine import pipeline
 
     launches = []
-    monkeypatch.setattr(timing, "_record_events", lambda runs, body: [body(i) for i in range(runs)])
-    monkeypatch.setattr(timing, "_read_events", lambda pairs: [0.25] * len(pairs))
-    monkeypatch.setattr(timing, "_span_ms", lambda pairs: 0.0)
+    _events_read_as(monkeypatch, 0.25)
     settings = BenchSettings(warmup_ms=2.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
-    request = BenchRequest(kernel="gemm", root=".", launch_ref="m:f", inputs_ref="m:g", reference_ref=None,
-                           shape=(("M", 4096),), dtype="float16", config_id="c", config=(("BLOCK", 64),),
-                           settings=settings)
+    request = _request(settings)
     workload = SimpleNamespace(rotation=Rotation(sets=3, cold_l2=True), take_sets=lambda count: 0)
 
     def own_warmup(ahead_ms: float, rounds: int = 1) -> list[int]:
