@@ -15,6 +15,7 @@ from collections import Counter
 from multiprocessing.connection import Connection
 from typing import Sequence
 
+from aot_tune.bench.local.gpu_profile import BatchProfile
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, workload_key
 
 
@@ -89,19 +90,22 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             prepare = (lambda: workloads.prepare(upcoming)) if workloads.wants(upcoming) else None
             results = measure_configs(batch, workload, backend, info.l2_bytes, clocks, announce=announce,
                                       seconds=seconds, prepare=prepare)
-            for result in results:
-                usable = backend != "cuda" or result.ok or context_usable()
-                if not usable and set(in_flight) - {result.config_id}:
-                    conn.send(("unattributed", in_flight,
-                               f"the CUDA context did not survive: {result.message}"[:500]))
-                    return
-                if not usable:
-                    result.status = "crashed"
-                    result.message = f"the CUDA context did not survive this config: {result.message}"[:500]
-                conn.send(("result", result, counter.hits - counted[0], counter.misses - counted[1], usable))
-                counted = [counter.hits, counter.misses]
-                if not usable:
-                    return
+            with BatchProfile(device_index, batch) if backend == "cuda" else _nothing() as profile:
+                for result in results:
+                    usable = backend != "cuda" or result.ok or context_usable()
+                    if not usable and set(in_flight) - {result.config_id}:
+                        conn.send(("unattributed", in_flight,
+                                   f"the CUDA context did not survive: {result.message}"[:500]))
+                        return
+                    if not usable:
+                        result.status = "crashed"
+                        result.message = f"the CUDA context did not survive this config: {result.message}"[:500]
+                    conn.send(("result", result, counter.hits - counted[0], counter.misses - counted[1], usable))
+                    counted = [counter.hits, counter.misses]
+                    if not usable:
+                        return
+                    if profile is not None:
+                        profile.add(result)
             seconds["batches"] = time.perf_counter() - began
             conn.send(("done", dict(seconds)))
 
