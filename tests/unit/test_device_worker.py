@@ -40,9 +40,13 @@ def test_batches_are_profiled_on_the_gpu_only_where_asked(tmp_path, monkeypatch)
     from aot_tune.bench.runner import ConfigMeasurement
 
     monkeypatch.delenv(GPU_PROFILE_ENV, raising=False)
-    with BatchProfile(0, []) as profile:
+    with BatchProfile(0, [], "cuda") as profile:
         profile.add(ConfigMeasurement("c", "ok", times_ms=[1.0]))
     assert profile.results == [] and profile._profiler is None  # not asked: no profiler, nothing kept
+    monkeypatch.setenv(GPU_PROFILE_ENV, str(tmp_path / "gpu"))
+    with BatchProfile(0, [], "interpreter") as profile:  # asked, but no GPU to profile
+        profile.add(ConfigMeasurement("c", "ok", times_ms=[1.0]))
+    assert profile.results == [] and profile._profiler is None and not (tmp_path / "gpu").exists()
 
 
 def test_the_gpu_split_tool_adds_up_the_workers_lines(tmp_path, capsys):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement
 
@@ -33,7 +33,7 @@ def kind_of(name: str) -> str:
     return "own"
 
 
-def split(kernels: Iterable[tuple[str, float, float]], timed_s: float) -> dict[str, float]:
+def split(kernels: Sequence[tuple[str, float, float]], timed_s: float) -> dict[str, float]:
     """A batch's GPU time from its kernels (name, start s, end s): the window from the first
     kernel's start to the last one's end, the time any kernel ran in it (``busy``) and the rest
     (``idle``; short kernels replayed in a graph leave microsecond gaps inside their timed samples
@@ -57,11 +57,12 @@ def split(kernels: Iterable[tuple[str, float, float]], timed_s: float) -> dict[s
 
 
 class BatchProfile:
-    """One batch under torch.profiler where ``AOT_TUNE_GPU_PROFILE`` names a folder (else
-    nothing): ``add`` each result, and its line is written when the block ends cleanly."""
+    """One batch under torch.profiler where ``AOT_TUNE_GPU_PROFILE`` names a folder and the
+    worker measures on a GPU (else nothing): ``add`` each result, and its line is written when
+    the block ends cleanly."""
 
-    def __init__(self, device_index: int, batch: list[BenchRequest]) -> None:
-        self.folder = os.environ.get(GPU_PROFILE_ENV, "")
+    def __init__(self, device_index: int, batch: list[BenchRequest], backend: str) -> None:
+        self.folder = os.environ.get(GPU_PROFILE_ENV, "") if backend == "cuda" else ""
         self.device_index, self.batch = device_index, batch
         self.results: list[ConfigMeasurement] = []
         self._profiler = None

@@ -90,7 +90,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             prepare = (lambda: workloads.prepare(upcoming)) if workloads.wants(upcoming) else None
             results = measure_configs(batch, workload, backend, info.l2_bytes, clocks, announce=announce,
                                       seconds=seconds, prepare=prepare)
-            with BatchProfile(device_index, batch) if backend == "cuda" else _nothing() as profile:
+            with BatchProfile(device_index, batch, backend) as profile:
                 for result in results:
                     usable = backend != "cuda" or result.ok or context_usable()
                     if not usable and set(in_flight) - {result.config_id}:
@@ -104,8 +104,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     counted = [counter.hits, counter.misses]
                     if not usable:
                         return
-                    if profile is not None:
-                        profile.add(result)
+                    profile.add(result)
             seconds["batches"] = time.perf_counter() - began
             conn.send(("done", dict(seconds)))
 
