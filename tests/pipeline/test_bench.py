@@ -196,6 +196,42 @@ def test_a_config_warms_up_on_its_own_launches_only_where_nothing_runs_ahead_of_
     assert pipeline._ahead_ms(first, Queued(1.0)) == 0.0  # too little ahead: the GPU may idle before it
     assert pipeline._ahead_ms(first, Queued(3.0)) == 2.0
 
+def test_a_timing_holds_back_its_tail_for_after_a_load_and_reads_every_sample(monkeypatch):
+    """A config started right before the pass loads kernels (which drains the GPU) queues all but
+    about ``hold_back_ms`` of its timed launches, never all of them; ``resume`` queues the rest
+    after one launch of its own, and ``finish`` reads the samples of both parts as one timing."""
+    launches = []
+    _events_read_as(monkeypatch, 0.25)
+    settings = BenchSettings(warmup_ms=2.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
+    workload = SimpleNamespace(rotation=Rotation(sets=3, cold_l2=True), take_sets=lambda count: 0)
+
+    def config() -> timing.ConfigTiming:
+        made = timing.ConfigTiming(_request(settings), None, 0.0, {}, launch=launches.append, workload=workload,
+                                   gpu_ms=0.25, host_ms=0.01, check_ms=0.25)
+        made.capture()
+        assert made.method == "events"
+        return made
+
+    held = config()
+    held.start(2.0, hold_back_ms=1.0)
+    assert held.held_back and len(launches) == 1 + 16  # one launch of its own, 16 of the 20 timed
+    launches.clear()
+    held.resume()
+    assert not held.held_back and len(launches) == 1 + 4
+    held.resume()  # nothing left to queue
+    assert len(launches) == 5
+    assert len(held.finish().times_ms) == 20
+
+    launches.clear()
+    most = config()
+    most.start(2.0, hold_back_ms=100.0)
+    assert len(launches) == 1 + 1  # at least one timed launch before the load
+    launches.clear()
+    plain = config()
+    plain.start(2.0)
+    assert not plain.held_back and len(launches) == 1 + 20
+
+
 # -- faults through a real device worker ---------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,9 @@
 The configs of one shape are measured as a pipeline in which the host never waits for an idle
 GPU: the GPU runs check(i+1) and probe(i+1) queued between timed(i-1) and timed(i). Kernels
 are found in Triton's caches (host work, about 2 ms each) while the first config's timed
-launches run, and then loaded together, since a load synchronizes the device (``_Kernels``).
+launches run, and then loaded together, since a load synchronizes the device (``_Kernels``);
+the config timed then holds back the tail of its timed launches to keep the GPU busy after the
+load (``LOAD_TAIL_MS``).
 The host reads config i+1's check while timed(i) runs, and captures its CUDA graph then.
 Device values (the comparison, the graph's write check) are read through pinned copies with
 their own events: ``.item()`` would wait for all the work queued after them. A pass also
@@ -48,6 +50,12 @@ PROBE_SPACER_MS = 0.2
 #: A pass finds the next configs' kernels (about 2 ms of host work each on an H100 host) while
 #: at least this much of the running config's timed launches is still queued.
 FIND_MARGIN_MS = 3.0
+#: The config whose timed launches are queued when a pass loads its next kernels (a load waits
+#: for the GPU to finish its queued work) holds back about this much of them (at most half) and
+#: queues it after the load, behind the next config's check: the GPU runs it while the host reads
+#: that check and captures its graph, and it counts toward that config's warm-up. Without it the
+#: GPU idled through both, and the next config warmed up on its own launches.
+LOAD_TAIL_MS = 5.0
 #: A pass builds the next shape's input sets and references (host work plus queued device work)
 #: only while at least this much of a config's timed launches is still queued.
 PREPARE_MARGIN_MS = 5.0
@@ -177,11 +185,12 @@ class _Pass:
         for position, request in enumerate(requests):
             if not kernels.loaded(request):
                 # Find the next configs' kernels while the GPU runs timed launches, then load them
-                # (which waits for the device): one break in the pipeline for many kernels.
+                # (which waits for the device): one break in the pipeline for many kernels. The
+                # config started here holds back the tail of its timed launches for after the load.
                 if ready is not None:
+                    ready.start(_ahead_ms(ready, running), hold_back_ms=min(LOAD_TAIL_MS, ready.rep_ms / 2))
                     if running is not None:
                         yield self._finish(running)
-                    ready.start()
                     running, ready = ready, None
                 timing = running
                 kernels.load(requests[position:], self._announce_load,
@@ -189,12 +198,15 @@ class _Pass:
             busy = running is not None and running.queued_for(SPACER_MS)
             check = _Check(request, self.workload, gpu_busy=busy)
             self.in_flight.append(request.config_id)
-            if ready is not None:
-                ready.start(_ahead_ms(ready, running))
-                self._prepare_behind(ready)
-            if running is not None:
-                yield self._finish(running)
-            running, ready = ready, None
+            if running is not None and running.held_back:
+                running.resume()  # behind this check: the GPU runs it while the host reads the check and captures
+            else:
+                if ready is not None:
+                    ready.start(_ahead_ms(ready, running))
+                    self._prepare_behind(ready)
+                if running is not None:
+                    yield self._finish(running)
+                running, ready = ready, None
             self._say("check")
             prepared = self._ready(check)
             if isinstance(prepared, ConfigMeasurement):

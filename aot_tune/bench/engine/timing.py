@@ -79,7 +79,8 @@ def runtime_error(request: BenchRequest, exc: BaseException) -> ConfigMeasuremen
 class ConfigTiming:
     """The timing of one checked config, in three steps the pass interleaves with other configs'
     work: ``capture`` (host only: the CUDA graph of a short kernel), ``start`` (queue the rest
-    of the warm-up and the timed launches) and ``finish`` (wait for them, read the samples).
+    of the warm-up and the timed launches; ``resume`` queues what it held back) and ``finish``
+    (wait for them, read the samples).
 
     Kernels that are short (under ``GRAPH_BELOW_MS``) or under ``HOST_BOUND_RATIO`` times what an
     events-timed sample costs the host are timed as replays of a graph of ``k`` launches over all
@@ -111,6 +112,8 @@ class ConfigTiming:
         #: probe time less the time of one launch in the graph, once a graph-timed config has finished
         self.probe_overhead_ms: float | None = None
         self._events: list | None = None
+        self._parts: list[int] = []  # where each queued part of ``_events`` ends (``resume``)
+        self._held = 0  # timed launches ``start`` held back for ``resume``
         #: GPU ms from the first timed launch's start to the last one's end (the samples and the
         #: gaps between them), once finished
         self.span_ms = 0.0
@@ -144,11 +147,13 @@ class ConfigTiming:
         self._spent("capture", began)
 
     # -- start: queue, asynchronously ----------------------------------------------------------
-    def start(self, ahead_ms: float = 0.0) -> None:
+    def start(self, ahead_ms: float = 0.0, hold_back_ms: float = 0.0) -> None:
         """Queue the rest of the warm-up and the timed launches, without waiting. ``ahead_ms``:
         GPU time of other work queued back to back ahead of this start (another config's timed
         launches), which counts toward ``warmup_ms``. One launch of its own (one graph replay)
-        always comes first: other kernels ran since its probe."""
+        always comes first: other kernels ran since its probe. ``hold_back_ms``: about this much
+        of the timed launches (never all) waits for ``resume``, which queues it behind work the
+        pass queues meanwhile (see aot_tune.bench.engine.pipeline)."""
         try:
             began = time.perf_counter()
             rewarm_ms = max(0.0, self.settings.warmup_ms - self._warmed_ms - ahead_ms)
@@ -161,19 +166,52 @@ class ConfigTiming:
                 self._spent("warmup", began)
                 began = time.perf_counter()
                 runs = _clamp(math.ceil(self.rep_ms / per_sample), self.min_samples, MAX_SAMPLES)
-                self._events = _record_events(runs, lambda _: graph.replay())
+                self._held = _clamp(int(hold_back_ms / per_sample), 0, runs - 1)
+                self._events = _record_events(runs - self._held, lambda _: graph.replay())
             else:
                 gpu_ms = max(self._gpu_ms, 1e-4)
                 rewarm = _clamp(math.ceil(rewarm_ms / gpu_ms), 1, MAX_WARMUP_LAUNCHES)
                 runs = _clamp(math.ceil(self.rep_ms / gpu_ms), self.min_samples, MAX_SAMPLES)
-                launch = self._rotating_launch(rewarm + runs)
+                self._held = _clamp(int(hold_back_ms / gpu_ms), 0, runs - 1)
+                launch = self._rotating_launch(rewarm + runs - self._held)
                 for i in range(rewarm):
                     launch(i)
                 self._spent("warmup", began)
                 began = time.perf_counter()
-                self._events = _record_events(runs, lambda i: launch(rewarm + i))
+                self._events = _record_events(runs - self._held, lambda i: launch(rewarm + i))
+            self._parts = [len(self._events)]
             self._spent("timed", began)
             self._clocks_start = self._read_clocks()  # the GPU is running this config or the one before
+        except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
+            self._failure, self._held = runtime_error(self.request, exc), 0
+
+    @property
+    def held_back(self) -> bool:
+        """Whether ``start`` held back timed launches that ``resume`` has yet to queue."""
+        return self._held > 0 and self._failure is None
+
+    def resume(self) -> None:
+        """Queue the timed launches ``start`` held back, after one launch of its own (the GPU
+        drained since: a kernel load waits for it), without waiting; ``finish`` reads them all."""
+        if not self.held_back:
+            return
+        held, self._held = self._held, 0
+        try:
+            began = time.perf_counter()
+            if self.method == "graph":
+                graph = self._graph
+                self._take_sets(self._k)
+                graph.replay()
+                body = lambda _: graph.replay()  # noqa: E731
+            else:
+                launch = self._rotating_launch(held + 1)
+                launch(0)
+                body = lambda i: launch(i + 1)  # noqa: E731
+            self._spent("warmup", began)
+            began = time.perf_counter()
+            self._events += _record_events(held, body)
+            self._parts.append(len(self._events))
+            self._spent("timed", began)
         except Exception as exc:  # noqa: BLE001 - a fault while timing is this config's result
             self._failure = runtime_error(self.request, exc)
 
@@ -222,7 +260,8 @@ class ConfigTiming:
         began = time.perf_counter()
         try:
             times = _read_events(self._events)
-            self.span_ms = _span_ms(self._events)
+            self.span_ms = sum(_span_ms(self._events[begin:end])
+                               for begin, end in zip([0] + self._parts, self._parts))
             if self.method == "events" and times and _graph_timed(statistics.median(times), self._host_ms):
                 times = self._time_with_graph(statistics.median(times)) or times
             if self.method == "graph" and self._unwritten is not None and self._unwritten.read():
