@@ -61,7 +61,7 @@ def test_the_manifest_has_interpreter_tables_for_every_kernel_the_interpreter_co
     assert not [e for e in entries if e.values[1][-1] == "bfloat16"]
 
 
-@pytest.mark.parametrize("spec,key,config", tuned_entries())
+@pytest.mark.parametrize("spec,key,config", list(tuned_entries()))
 def test_every_tuned_key_launches_its_table_config_correctly(spec, key, config, monkeypatch) -> None:
     *sizes, dtype = key
     launch = resolve(str(ROOT), spec.launch)
