@@ -38,20 +38,3 @@ def program_restored():
     errors.set_program("doit")
     yield
     errors.set_program("doit")
-
-
-def pytest_collection_modifyitems(items):
-    """Tests marked ``gpu`` share one xdist group: under ``-n`` they run on one worker, one after
-    another, since they time kernels on the GPU (a mark without effect where xdist is not used)."""
-    for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(pytest.mark.xdist_group("gpu"))
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """``-n N`` (the README's test command) spreads the tests over N workers, each group (the GPU
-    tests) whole on one of them; called only where pytest-xdist is installed."""
-    from xdist.scheduler import LoadGroupScheduling
-
-    return LoadGroupScheduling(config, log)
