@@ -196,6 +196,7 @@ def test_a_config_warms_up_on_its_own_launches_only_where_nothing_runs_ahead_of_
     assert pipeline._ahead_ms(first, Queued(1.0)) == 0.0  # too little ahead: the GPU may idle before it
     assert pipeline._ahead_ms(first, Queued(3.0)) == 2.0
 
+
 def test_a_timing_holds_back_its_tail_for_after_a_load_and_reads_every_sample(monkeypatch):
     """A config started right before the pass loads kernels (which drains the GPU) queues all but
     about ``hold_back_ms`` of its timed launches, never all of them; ``resume`` queues the rest
@@ -230,6 +231,24 @@ def test_a_timing_holds_back_its_tail_for_after_a_load_and_reads_every_sample(mo
     plain = config()
     plain.start(2.0)
     assert not plain.held_back and len(launches) == 1 + 20
+
+
+def test_samples_short_of_rep_ms_get_more_after_one_launch_of_their_own(monkeypatch):
+    """A probe that read the kernel twice as slow as its samples leaves them covering half of
+    ``rep_ms``: ``finish`` queues the missing samples behind one untimed launch of its own."""
+    launches = []
+    _events_read_as(monkeypatch, 0.25)
+    settings = BenchSettings(warmup_ms=0.5, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
+    workload = SimpleNamespace(rotation=Rotation(sets=3, cold_l2=True), take_sets=lambda count: 0)
+    config = timing.ConfigTiming(_request(settings), None, 0.0, {}, launch=launches.append, workload=workload,
+                                 gpu_ms=0.5, host_ms=0.01, check_ms=0.5)
+    config.capture()
+    assert config.method == "events"
+    config.start(0.5)
+    assert len(launches) == 1 + 10  # 10 samples of the probe's 0.5 ms fill rep_ms
+    launches.clear()
+    assert len(config.finish().times_ms) == 20  # they read 0.25 ms: 10 more
+    assert len(launches) == 1 + 10
 
 
 # -- faults through a real device worker ---------------------------------------------------

@@ -199,14 +199,8 @@ class ConfigTiming:
         try:
             began = time.perf_counter()
             if self.method == "graph":
-                graph = self._graph
                 self._take_sets(self._k)
-                graph.replay()
-                body = lambda _: graph.replay()  # noqa: E731
-            else:
-                launch = self._rotating_launch(held + 1)
-                launch(0)
-                body = lambda i: launch(i + 1)  # noqa: E731
+            body = self._after_own_launch(held)
             self._spent("warmup", began)
             began = time.perf_counter()
             self._events += _record_events(held, body)
@@ -231,6 +225,17 @@ class ConfigTiming:
         """Launch ``i`` of the next ``count`` reads the i-th of the next input sets of the rotation."""
         first, sets, launch = self._take_sets(count), self._rotation.sets, self._launch
         return lambda i: launch((first + i) % sets)
+
+    def _after_own_launch(self, count: int) -> Callable[[int], Any]:
+        """Queue one launch of its own now (other work ran since its samples: a kernel load's
+        drain, the next config's), and return the body of ``count`` more samples behind it."""
+        if self.method == "graph":
+            graph = self._graph
+            graph.replay()
+            return lambda _: graph.replay()
+        launch = self._rotating_launch(count + 1)
+        launch(0)
+        return lambda i: launch(i + 1)
 
     def queued_for(self, ms: float) -> bool:
         """Whether at least about ``ms`` of this config's timed launches have yet to start (an
@@ -298,14 +303,7 @@ class ConfigTiming:
         if missing <= (1 - TOP_UP_BELOW) * self.rep_ms or len(times) >= MAX_SAMPLES:
             return []
         extra = _clamp(math.ceil(missing / max(per_sample, 1e-4)), 1, MAX_SAMPLES - len(times))
-        if self.method == "graph":
-            graph = self._graph
-            graph.replay()
-            pairs = _record_events(extra, lambda _: graph.replay())
-        else:
-            launch = self._rotating_launch(extra + 1)
-            launch(0)
-            pairs = _record_events(extra, lambda i: launch(i + 1))
+        pairs = _record_events(extra, self._after_own_launch(extra))
         times = _read_events(pairs)
         self.span_ms += _span_ms(pairs)
         return times
