@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping, Protocol, Sequence, get_args
+from typing import Callable, Iterable, Literal, Mapping, Protocol, Sequence, get_args
 
 from aot_tune.manifest import BenchSettings
 from aot_tune.bench.nvml import ClockReading
@@ -144,9 +144,13 @@ class DeviceLease(Protocol):
     def ready(self) -> None:
         """Wait until the device's worker is up, so its start-up is no measurement's time."""
 
-    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> Iterable[ConfigMeasurement]:
+    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float,
+                    more: Callable[[], Sequence[BenchRequest]] | None = None) -> Iterable[ConfigMeasurement]:
         """One result per request, in any order. A config that kills the worker or runs past
-        ``timeout_s`` in one step is recorded as crashed or timed out, never raised."""
+        ``timeout_s`` in one step is recorded as crashed or timed out, never raised. ``more``:
+        configs of the same shape that became ready meanwhile, which a device that can take them
+        into the running batch asks for as it goes (their results come too); one that cannot
+        never calls it."""
 
 
 class Runner(Protocol):

@@ -153,28 +153,39 @@ class Benches:
         judge = StragglerJudge(unit, entries, lambda config: kp.compiles_for(unit, config, kp.bench_targets(device)),
                                self.compiles.landed, self.compiles.stragglers, kp.spec.name)
         waves = self._landed(kp, unit, to_measure, device, hold.release, judge.give_up)
+
+        def take(wave: set[str]) -> list[BenchRequest]:
+            """The requests of the configs of ``wave`` and of every other one whose compiles have
+            landed by now, taken out of ``left``; the baselines with them once none is left. An
+            invalid config is a result at once."""
+            nonlocal tail
+            left.difference_update(judge.given_up)  # stragglers that cannot win: not waited for
+            landed = [c for c in to_measure
+                      if c.id in left and (c.id in wave or self.compiles.all_landed(kp, unit, c, device))]
+            left.difference_update(c.id for c in landed)
+            invalid = self.compiles.invalid_configs(kp, unit, landed)
+            fresh.extend(ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in landed if c.id in invalid)
+            requests = [self.request(kp, unit, c, kp.spec.bench, device) for c in landed if c.id not in invalid]
+            if not left:
+                requests, tail = requests + tail, []
+            return requests
+
         while True:
             wave = next(waves, None)  # waits without the device
             if wave is None:
                 break
-            left -= judge.given_up.keys()  # stragglers that cannot win: not waited for
-            wave = [c for c in wave if c.id in left]  # not taken into an earlier batch
+            wave = [c for c in wave if c.id in left and c.id not in judge.given_up]  # not taken into an earlier batch
             if not wave:
                 continue
             # may wait for the device (the configs that land meanwhile join this batch), which
             # builds this shape's inputs meanwhile if it is busy with another one
             hold.lease(upcoming=self.request(kp, unit, wave[0], kp.spec.bench, device))
-            taken = {c.id for c in wave}
-            wave = [c for c in to_measure if c.id in taken or (c.id in left and self.compiles.all_landed(kp, unit, c, device))]
-            left -= {c.id for c in wave}
-            invalid = self.compiles.invalid_configs(kp, unit, wave)
-            fresh += [ConfigMeasurement(c.id, "invalid", invalid[c.id]) for c in wave if c.id in invalid]
-            requests = [self.request(kp, unit, c, kp.spec.bench, device) for c in wave if c.id not in invalid]
-            if not left:
-                requests, tail = requests + tail, []
+            requests = take({c.id for c in wave})
             if not requests:
                 continue
-            measured, seconds = measure_batch(hold, requests, timeout_s)
+            # the configs that land while it runs join the batch: a batch of their own would
+            # start on an idle device (aot_tune.bench.engine.pipeline)
+            measured, seconds = measure_batch(hold, requests, timeout_s, more=lambda: take(set()) if left else [])
             measured = baselines.take(measured)
             for m in measured:
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])

@@ -211,10 +211,12 @@ class DeviceHold:
             self._since = time.perf_counter()
         return self._lease
 
-    def measure_all(self, requests, timeout_s: float) -> list:
-        """One batch on the device, taken now if not held (its results, all read)."""
+    def measure_all(self, requests, timeout_s: float, more: Callable[[], Sequence[BenchRequest]] | None = None
+                    ) -> list:
+        """One batch on the device, taken now if not held (its results, all read, with those of
+        the configs ``more`` added to it as it ran: ``DeviceLease.measure_all``)."""
         self.batches += 1
-        measured = list(self.lease().measure_all(requests, timeout_s))
+        measured = list(self.lease().measure_all(requests, timeout_s, more=more))
         if not (requests and requests[0].final_rounds):
             self.measured += len(measured)
         if self._on_batch is not None:
@@ -260,13 +262,15 @@ def bench_timeout(settings: BenchSettings, backend: str, previous: TuningRecord 
     return max(BENCH_TIMEOUT_FLOOR_S[backend], 10 * slowest, 50 * (settings.warmup_ms + settings.rep_ms) / 1e3)
 
 
-def measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float
+def measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float,
+                  more: Callable[[], Sequence[BenchRequest]] | None = None
                   ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
-    """Measure ``requests`` on the held device as one pipelined batch: the measurements, and
-    each one's share of the batch's wall seconds (from when the device is held: not the wait for it)."""
+    """Measure ``requests`` on the held device as one pipelined batch, with the configs ``more``
+    adds while it runs: the measurements, and each one's share of the batch's wall seconds (from
+    when the device is held: not the wait for it)."""
     hold.lease()
     began = time.perf_counter()
-    measured = hold.measure_all(requests, timeout_s)
+    measured = hold.measure_all(requests, timeout_s, more=more)
     return measured, share_out(time.perf_counter() - began, measured)
 
 

@@ -306,6 +306,42 @@ def test_a_batch_goes_on_past_crashes_hangs_and_wrong_results(pool):
                         "fault4-block64": "timeout", "fault1-block64": "wrong_result", "fault0-block128": "ok"}
 
 
+def test_configs_added_while_a_batch_runs_are_measured_once_and_a_crash_among_them_costs_only_itself(pool):
+    """A bench adds the configs whose compiles landed while its batch runs (``more``, asked after
+    each result): each is measured once, in the running pass or, where that pass had ended, in
+    a pass of its own; one that kills the worker costs only itself, and the configs added with
+    it or after it are measured by a fresh worker."""
+    added = [[planted(0, block=16), planted(3, block=16)], [planted(1, block=16)], [], [planted(0, block=256)]]
+    asked = []
+
+    def more():
+        asked.append(len(asked))
+        return added.pop(0) if added else []
+
+    batch = [planted(0, block=32), planted(0, block=64), planted(0, block=128)]
+    with pool.lease() as lease:
+        results = [(r.config_id, r.status) for r in lease.measure_all(batch, 15.0, more=more)]
+    assert sorted(results) == sorted([("fault0-block32", "ok"), ("fault0-block64", "ok"), ("fault0-block128", "ok"),
+                                      ("fault0-block16", "ok"), ("fault3-block16", "crashed"),
+                                      ("fault1-block16", "wrong_result"), ("fault0-block256", "ok")]), results
+    assert not added and len(asked) == 6  # after each of the worker's results (the crash is none)
+
+
+def test_a_bench_that_fails_to_add_configs_gets_its_batch_read_to_the_end_then_the_error(pool):
+    """The worker's batch is read to its last message before ``more``'s error is raised, so the
+    next lease of the device reads no result of this one."""
+    def more():
+        raise OSError("compile record unreadable")
+
+    got = []
+    with pool.lease() as lease:
+        with pytest.raises(OSError, match="unreadable"):
+            for result in lease.measure_all([planted(0, block=32), planted(0, block=64)], 15.0, more=more):
+                got.append(result.config_id)
+    assert sorted(got) == ["fault0-block32", "fault0-block64"]
+    assert measure(pool, planted(1, block=32)).status == "wrong_result"  # its own result, not a stale one
+
+
 def test_a_fault_with_several_configs_on_the_device_is_pinned_on_its_culprit(tmp_path, monkeypatch):
     """A GPU pass has several configs' work queued at once. When the worker dies or hangs with
     all of a batch named as on the device, the pool measures each suspect again on its own: the

@@ -66,7 +66,7 @@ class FakeHold:
     def lease(self, upcoming=None):
         return self
 
-    def measure_all(self, requests: list[BenchRequest], timeout_s: float) -> list[ConfigMeasurement]:
+    def measure_all(self, requests: list[BenchRequest], timeout_s: float, more=None) -> list[ConfigMeasurement]:
         self.batches.append(requests)
         out = []
         for r in requests:

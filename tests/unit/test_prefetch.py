@@ -178,6 +178,25 @@ def test_the_interpreter_pass_builds_the_next_shape_after_its_first_config():
     assert seconds["prepared"] > 0
 
 
+def test_configs_the_bench_adds_join_the_running_pass_in_order():
+    """``more`` is asked before each config and once more at the end: what it returns joins the
+    pass after the configs already there, so a pass ends only when nothing more has come."""
+    from aot_tune.bench.engine.pipeline import measure_configs
+    from aot_tune.bench.engine.workload import Workload
+
+    requests = [request(64, config_id=f"c{i}") for i in range(2)]
+    added = {1: [request(64, config_id="c2")], 3: [request(64, config_id="c3"), request(64, config_id="c4")]}
+    asked = []
+
+    def more():
+        asked.append(len(asked))
+        return added.pop(len(asked) - 1, [])
+
+    seen = [r.config_id for r in measure_configs(requests, Workload(requests[0], "cpu"), "interpreter", more=more)]
+    assert seen == ["c0", "c1", "c2", "c3", "c4"] and not added
+    assert len(asked) == 6  # before each of the five, and at the end
+
+
 def test_input_sets_are_drawn_from_the_keys_seeds_as_torch_manual_seed_would_give_them():
     """Each input set comes from the generators seeded with the key's seed plus its index, the
     same tensors ``torch.manual_seed`` gave (records made before stay comparable), built the same

@@ -36,7 +36,7 @@ class Lease:
     def lease(self, upcoming=None) -> "Lease":
         return self
 
-    def measure_all(self, requests, timeout_s):
+    def measure_all(self, requests, timeout_s, more=None):
         self.batches.append([(r.config_id, r.settings.rep_ms) for r in requests])
         self.warmups.append([r.settings.warmup_ms for r in requests])
         self.shares.append([r.share for r in requests])

@@ -148,18 +148,32 @@ def test_the_record_does_not_depend_on_the_waves():
         baseline: bool = False
 
     class Lease:
-        def measure_all(self, requests, timeout_s):
+        def measure_all(self, requests, timeout_s, more=None):
+            """Results as they complete (not in request order); after each, the configs that
+            landed meanwhile (``landing``, one step a result) are asked for and join the batch."""
             batches.append([r.config_id for r in requests])
-            for r in reversed(requests):
+            pending = list(reversed(requests))
+            while pending:
+                r = pending.pop(0)
                 t = 1.0 + [c.id for c in configs].index(r.config_id) % 5 / 7 if r.config_id != "vendor" else 0.5
                 yield ConfigMeasurement(r.config_id, "ok", times_ms=[t] * 12, method="events",
                                         phase_seconds={"check": 0.001, "timed": t / 50})
+                landed.update(landing.pop(0) if landing else ())
+                added = list(more()) if more is not None else []
+                batches[-1] += [a.config_id for a in added]
+                pending += added
 
-    def measure(waves, landed_meanwhile=()):
+    landed: set = set()
+    landing: list = []
+
+    def measure(waves, landed_meanwhile=(), landing_during=()):
         batches.clear()
+        landed.clear()
+        landed.update(landed_meanwhile)
+        landing[:] = list(landing_during)
         benches = Benches.__new__(Benches)
         benches.compiles = SimpleNamespace(
-            all_landed=lambda kp, unit, config, device: config in landed_meanwhile, stragglers=Stragglers(),
+            all_landed=lambda kp, unit, config, device: config in landed, stragglers=Stragglers(),
             landed=lambda cu: True,
             invalid_configs=lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid})
         benches.stats = RunStats()
@@ -170,7 +184,8 @@ def test_the_record_does_not_depend_on_the_waves():
                                                                             l2_flush_bytes=None)))
         unit = SimpleNamespace(configs=tuple(configs), default_config=configs[0], vendor="kernels.k:vendor")
         hold = SimpleNamespace(lease=lambda upcoming=None: Lease(), release=lambda: None,
-                               measure_all=lambda requests, timeout_s: list(Lease().measure_all(requests, timeout_s)))
+                               measure_all=lambda requests, timeout_s, more=None:
+                                   list(Lease().measure_all(requests, timeout_s, more)))
         baselines = Baselines(unit, True, lambda config: Request(config.id), {c.id for c in configs}.__contains__)
         entries, fresh = benches._measure_all(kp, unit, hold, None, SimpleNamespace(backend="cuda"), baselines)
         assert "vendor" in batches[-1] and sum(b.count("vendor") for b in batches) == 1  # with the last batch
@@ -189,6 +204,12 @@ def test_the_record_does_not_depend_on_the_waves():
     # configs that land while a batch waits for the device join it, and are not measured again
     joined, joined_fresh = measure([configs[:2], configs[2:], configs[5:]], landed_meanwhile=configs[2:5])
     assert joined_fresh == batch_fresh and [len(b) for b in batches] == [4, 5]  # 5 configs + the vendor
+    # configs that land while a batch runs join it as it goes, the invalid one a result at once,
+    # and the vendor comes once the last config has joined
+    running, running_fresh = measure([configs[:2], configs[2:6], configs[6:]],
+                                     landing_during=[configs[2:4], (), configs[4:6]])
+    assert running_fresh == batch_fresh and running == batch
+    assert batches == [[c.id for c in configs[:4] + configs[5:6]], [c.id for c in configs[6:]] + ["vendor"]]
 
 
 def test_a_bench_lets_its_device_go_while_it_waits_and_counts_what_it_held():
@@ -240,7 +261,7 @@ def test_a_hold_does_not_count_what_its_batches_waited_for_the_worker_to_start()
         def lease(self, device, upcoming=None):
             lease = SimpleNamespace(cache_hits=0, cache_misses=0, seconds={}, ready=lambda: None)
 
-            def measure_all(requests, timeout_s):
+            def measure_all(requests, timeout_s, more=None):
                 time.sleep(0.3)  # 0.25 s of it the worker's start-up
                 lease.seconds = {"batches": 0.05, STARTUP_WAITED: 0.25}
                 return []
@@ -269,7 +290,7 @@ def test_a_hold_tells_the_measurements_of_its_batches_and_leaves_the_finals_out(
         @contextlib.contextmanager
         def lease(self, device, upcoming=None):
             yield SimpleNamespace(cache_hits=0, cache_misses=0, seconds={}, ready=lambda: None,
-                                  measure_all=lambda requests, timeout_s: list(requests))
+                                  measure_all=lambda requests, timeout_s, more=None: list(requests))
 
     heard = []
     hold = DeviceHold(Devices(), "h100", on_batch=lambda seconds, measured: heard.append(measured))

@@ -33,7 +33,7 @@ import uuid
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, Runner
 from aot_tune.bench.seats import Seats
@@ -359,7 +359,9 @@ class ClusterLease(DeviceLease):
         assert self._info is not None
         return self._info
 
-    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> list[ConfigMeasurement]:
+    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float,
+                    more: Callable[[], Sequence[BenchRequest]] | None = None) -> list[ConfigMeasurement]:
+        """The batch as one task on the cluster; ``more`` is not asked (a batch is shipped whole)."""
         first = requests[0] if requests else None
         label = f"{first.kernel} {first.dtype} {'x'.join(str(v) for _, v in first.shape)}" if first else "device"
         kind = self._device.key

@@ -13,7 +13,10 @@ builds the next shape's input sets and references (``prepare``: the pool tells t
 which shape comes next) while a config's timed launches keep the GPU busy, so the next pass
 starts without that set-up. Since several configs have work queued at once, the worker is
 told which ones before every wait (``announce``): a fault that kills the context is pinned on
-one config by the pool measuring those again one at a time.
+one config by the pool measuring those again one at a time. Configs of the same shape whose
+compiles land while a pass runs join it (``more``) instead of waiting for a pass of their own,
+which would start on an idle GPU: its first kernel found and loaded, its first config warmed up
+on its own launches.
 
 Interpreter: wall clock on the CPU, a functional check with a rough time; its table is only
 ever used under the interpreter.
@@ -69,12 +72,18 @@ INTERPRETER_MAX_RUNS = 3
 
 #: (configs with work on the device now, phase): said before each step that may crash or hang.
 Announce = Callable[[tuple[str, ...], str], None]
+#: Requests of the pass's shape that arrived since it last asked (none: nothing new).
+More = Callable[[], Sequence[BenchRequest]]
+
+
+def _no_more() -> Sequence[BenchRequest]:
+    return ()
 
 
 def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
                     clocks: GpuClocks | None = None, announce: Announce | None = None,
                     seconds: Counter[str] | None = None,
-                    prepare: Callable[[], None] | None = None) -> Iterator[ConfigMeasurement]:
+                    prepare: Callable[[], None] | None = None, more: More = _no_more) -> Iterator[ConfigMeasurement]:
     """Check and time configs of one (kernel, shape, dtype), yielding each result when it is
     complete (on a GPU, as one pipelined pass; see the module doc). Never raises for a kernel
     fault: it becomes the config's result. ``seconds`` gets the host seconds of the pass's
@@ -82,12 +91,14 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
     the GPU seconds from each config's first timed launch to its last ("timed span").
     ``prepare`` (the next shape's set-up, which must not raise) is called once: on a GPU while
     at least ``PREPARE_MARGIN_MS`` of timed launches are queued, so its host work leaves no gap
-    between them; on the interpreter after the first config. A shape's finalists (requests with
-    ``final_rounds``) are timed interleaved instead (``_Pass.measure_interleaved``)."""
+    between them; on the interpreter after the first config. ``more`` is asked before each config
+    and once more before the pass ends: the requests it returns (the same shape) join the pass.
+    A shape's finalists (requests with ``final_rounds``) are timed interleaved instead
+    (``_Pass.measure_interleaved``), and take no more."""
     announce = announce or (lambda config_ids, phase: None)
     seconds = Counter() if seconds is None else seconds
     if backend != "cuda":
-        for position, request in enumerate(requests):
+        for position, request in enumerate(_growing(list(requests), more)):
             announce((request.config_id,), "check")
             yield measure_wall(request, workload)
             if position == 0 and prepare is not None:
@@ -97,7 +108,19 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
     if requests and requests[0].final_rounds:
         yield from run.measure_interleaved(list(requests), requests[0].final_rounds)
     else:
-        yield from run.measure(list(requests))
+        yield from run.measure(list(requests), more)
+
+
+def _growing(queue: list[BenchRequest], more: More) -> Iterator[BenchRequest]:
+    """``queue``'s requests in order, with what ``more`` adds appended to it (asked before each
+    one and at the end): a pass's load finds the kernels of the configs after the current one."""
+    position = 0
+    while True:
+        queue.extend(more())
+        if position == len(queue):
+            return
+        yield queue[position]
+        position += 1
 
 
 def _timed_step(seconds: Counter[str], name: str, step: Callable[[], None]) -> None:
@@ -173,16 +196,20 @@ class _Pass:
             return None, [runtime_error(request, failure) for request in requests]
         return kernels, []
 
-    def measure(self, requests: list[BenchRequest]) -> Iterator[ConfigMeasurement]:
+    def measure(self, requests: list[BenchRequest], more: More = _no_more) -> Iterator[ConfigMeasurement]:
+        """``requests`` and those ``more`` adds as the pass goes (appended to ``requests``)."""
+        requests.extend(more())
         if not requests:
             return
         kernels, failed = self._open(requests, requests[:1])
         if kernels is None:
             yield from failed
+            for request in _growing([], more):  # the shape's set-up failed: so do the configs that join
+                yield replace(failed[0], config_id=request.config_id)
             return
         running: ConfigTiming | None = None  # timed launches queued, samples not read
         ready: ConfigTiming | None = None  # checked and captured, nothing of its timing queued
-        for position, request in enumerate(requests):
+        for position, request in enumerate(_growing(requests, more)):
             if not kernels.loaded(request):
                 # Find the next configs' kernels while the GPU runs timed launches, then load them
                 # (which waits for the device): one break in the pipeline for many kernels. The

@@ -101,7 +101,7 @@ class BatchProfile:
                    for e in self._profiler.events() if e.device_type == cuda]
         timed = sum(sum(r.times_ms) * (r.launches_per_sample or 1) for r in self.results if r.ok) / 1e3
         first = self.batch[0]
-        line = {"kernel": first.kernel, "shape": repr(first.shape), "dtype": first.dtype, "configs": len(self.batch),
+        line = {"kernel": first.kernel, "shape": repr(first.shape), "dtype": first.dtype, "configs": len(self.results),
                 "finals": bool(first.final_rounds), "ok": sum(r.ok for r in self.results),
                 **{name: round(value, 6) for name, value in split(kernels, timed).items()}}
         os.makedirs(self.folder, exist_ok=True)

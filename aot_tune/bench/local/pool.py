@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from aot_tune import forking
 from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, DeviceModel,
@@ -75,18 +75,24 @@ class LocalLease(DeviceLease):
         (result,) = self.measure_all([request], timeout_s)  # drained, so the worker's "done" is read
         return result
 
-    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float) -> Iterator[ConfigMeasurement]:
+    def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float,
+                    more: Callable[[], Sequence[BenchRequest]] | None = None) -> Iterator[ConfigMeasurement]:
         """One result per request, as each completes (not in request order; iterate to the end,
-        the worker's last message is read then). A config that kills the worker or runs past
-        ``timeout_s`` in one step is recorded as crashed or timed out, and the configs without a
-        result yet go to a fresh worker. The worker names the configs with work on the device
-        before each step; when a death, a hang or a lost CUDA context leaves several of them
-        suspect, each is measured again on its own, so only the culprit is blamed."""
+        the worker's last message is read then). ``more`` is asked after each result for configs
+        of the same shape to add to the running batch (their results follow too; if it raises,
+        nothing more is added and it is raised once the batch is read to its end). A config that
+        kills the worker or runs past ``timeout_s`` in one step is recorded as crashed or timed
+        out, and the configs without a result yet go to a fresh worker. The worker names the
+        configs with work on the device before each step; when a death, a hang or a lost CUDA
+        context leaves several of them suspect, each is measured again on its own, so only the
+        culprit is blamed."""
         remaining = list(requests)
+        more_failed: list[Exception] = []  # what ``more`` raised
         while remaining:
             done: set[str] = set()
             suspects: tuple[str, ...] = ()
-            for message in self._exchange(remaining, timeout_s):
+            sent = list(remaining)  # what this worker was given: the batch, then what joined it
+            for message in self._exchange(remaining, timeout_s, None if more_failed else more, sent, more_failed):
                 if isinstance(message, _Suspects):
                     if len(message.config_ids) == 1:  # the only config on the device: its fault
                         done.add(message.config_ids[0])
@@ -102,11 +108,13 @@ class LocalLease(DeviceLease):
                 if not usable:  # the worker is exiting; the rest go to a fresh one
                     self._pool.discard(self.index)
                     break
-            for request in [r for r in remaining if r.config_id in suspects and r.config_id not in done]:
+            for request in [r for r in sent if r.config_id in suspects and r.config_id not in done]:
                 for result in self.measure_all([request], timeout_s):  # alone: it cannot have suspects
                     done.add(result.config_id)
                     yield result
-            remaining = [r for r in remaining if r.config_id not in done]
+            remaining = [r for r in sent if r.config_id not in done]
+        if more_failed:
+            raise more_failed[0]
 
     def _wait(self, worker: "_Worker", timeout_s: float, first: BenchRequest, current: tuple[str, ...],
               phase: str) -> bool:
@@ -125,14 +133,19 @@ class LocalLease(DeviceLease):
                       file=sys.__stderr__, flush=True)
         return False
 
-    def _exchange(self, batch: list[BenchRequest], timeout_s: float) -> Iterator:
-        """The worker's results for a batch, then stop; or, when it died, stopped answering or
-        lost its CUDA context, the configs that had work on the device then (it is discarded).
-        The batch names the shape the pool expects to give this device next, for the worker to
-        build during the batch's timed launches."""
+    def _exchange(self, batch: list[BenchRequest], timeout_s: float,
+                  more: Callable[[], Sequence[BenchRequest]] | None, sent: list[BenchRequest],
+                  more_failed: list[Exception]) -> Iterator:
+        """The worker's results for a batch and for what ``more`` added to it (appended to
+        ``sent``), then stop; or, when it died, stopped answering or lost its CUDA context, the
+        configs that had work on the device then (it is discarded). The batch names the shape
+        the pool expects to give this device next, for the worker to build during the batch's
+        timed launches. Configs added after the worker's pass had ended are a pass of their own
+        there, with its own "done": the exchange ends at the "done" after the last result."""
         worker = self._pool.worker(self.index)
         current: tuple[str, ...] = (batch[0].config_id,)
         phase = "check"
+        waiting = {request.config_id for request in batch}
         try:
             ahead = self._ahead if self._ahead is not None else self._pool.seats.next_for(self.index, batch[0])
             worker.conn.send(("batch", batch, ahead))
@@ -145,16 +158,27 @@ class LocalLease(DeviceLease):
                 if message[0] == "phase":
                     current, phase = tuple(message[1]), str(message[2])
                 elif message[0] == "result":
+                    waiting.discard(message[1].config_id)
                     yield message[1:]
                     if not message[4]:
                         return
+                    try:
+                        added = list(more()) if more is not None else []
+                    except Exception as exc:  # noqa: BLE001 - raised once the worker's batch is read to its end
+                        more_failed.append(exc)
+                        more, added = None, []
+                    if added:
+                        worker.conn.send(("more", added))
+                        sent.extend(added)
+                        waiting.update(r.config_id for r in added)
                 elif message[0] == "unattributed":
                     self._pool.discard(self.index)
                     yield _Suspects(tuple(message[1]), "crashed", message[2])
                     return
                 else:  # "done"
                     self.seconds.update(message[1])
-                    return
+                    if not waiting:
+                        return
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(5)
             code = worker.process.exitcode

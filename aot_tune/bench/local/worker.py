@@ -29,7 +29,9 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     A batch arrives as ``("batch", requests, next_request)``: requests for one (kernel, shape,
     dtype), and the first request of the shape the pool expects to send next (or None), whose
     input sets and references the worker builds during this batch's timed launches
-    (``Workloads``). The worker sends, in order:
+    (``Workloads``). While the batch runs, ``("more", requests)`` adds configs of the same shape:
+    the running pass takes them in (``measure_configs``'s ``more``), or, where it had ended
+    first, they are the next batch, of the same shape. The worker sends, in order:
     ``("phase", config_ids, phase)`` before each step that may crash or hang, naming the configs
     with work on the device then (so the pool knows whose fault a death or a hang can be),
     ``("result", measurement, cache hits, cache misses, usable)`` for each config, and
@@ -63,7 +65,9 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
     conn.send(info)
     counter = triton_compat.CacheHitCounter()
     workloads = Workloads(device, info.l2_bytes)
+    inbox = Inbox(conn)
     in_flight: tuple[str, ...] = ()  # the configs with work on the device, as last announced
+    upcoming = None  # the shape the pool expects to send next, as the last batch named it
 
     def announce(config_ids: tuple[str, ...], phase: str) -> None:
         nonlocal in_flight
@@ -72,10 +76,13 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
 
     with counter.installed() if backend == "cuda" else _nothing(), profiled(f"device{device_index}"):
         while True:
-            message = conn.recv()
+            message = inbox.recv()
             if message is None:
                 return
-            _, batch, upcoming = message
+            if message[0] == "more":  # it came after its batch's pass had ended: a batch of its own
+                batch = message[1]
+            else:
+                _, batch, upcoming = message
             began = time.perf_counter()
             seconds: Counter[str] = Counter()  # where the batch's wall time went (the run summary's split)
             workload = workloads.take(batch[0], upcoming)
@@ -89,7 +96,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
             counted = [counter.hits, counter.misses]
             prepare = (lambda: workloads.prepare(upcoming)) if workloads.wants(upcoming) else None
             results = measure_configs(batch, workload, backend, info.l2_bytes, clocks, announce=announce,
-                                      seconds=seconds, prepare=prepare)
+                                      seconds=seconds, prepare=prepare, more=inbox.more)
             with BatchProfile(device_index, batch, backend) as profile:
                 for result in results:
                     usable = backend != "cuda" or result.ok or context_usable()
@@ -107,6 +114,30 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
                     profile.add(result)
             seconds["batches"] = time.perf_counter() - began
             conn.send(("done", dict(seconds)))
+
+
+class Inbox:
+    """The worker's end of the pool's pipe, read between a batch's steps for the configs the bench
+    adds (``("more", requests)``) without taking anything else out of turn: any other message
+    (the pool closing) is kept for the next ``recv``, and no more are taken after it."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._kept: list = []
+
+    def recv(self):
+        return self._kept.pop(0) if self._kept else self._conn.recv()
+
+    def more(self) -> list[BenchRequest]:
+        """The requests the bench added since the last call (never waits)."""
+        added: list[BenchRequest] = []
+        while not self._kept and self._conn.poll():
+            message = self._conn.recv()
+            if message is not None and message[0] == "more":
+                added.extend(message[1])
+            else:
+                self._kept.append(message)
+        return added
 
 
 class Workloads:
