@@ -12,6 +12,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # it starts, so that no test reads or writes the real one under ~/.cache, nor depends on another
 # test's runs; its tests point it at a folder of their own.
 os.environ["AOT_TUNE_HISTORY"] = "off"
+# Likewise the forecast's defaults are taken as they are, not at this machine's pace (a probe's
+# time: aot_tune.pipeline.calibration.machine_pace); its tests set it themselves.
+os.environ["AOT_TUNE_PACE"] = "1"
 
 
 import pytest  # noqa: E402

@@ -5,12 +5,17 @@ closest comparable key), then the documented defaults below; each part on its ow
 project takes what this machine showed for other kernels and its own runs take over as they come.
 
 ``observed`` reads what one logged run measured, per part; ``remember`` adds a finished run to the
-machine's history with what its forecast predicted beside it.
+machine's history with what its forecast predicted beside it. The interpreter's defaults are one
+machine's CPU seconds: on another, they go at its pace (``machine_pace``), a short probe's time
+against that machine's.
 """
 from __future__ import annotations
 
+import functools
 import os
 import statistics
+import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -61,6 +66,17 @@ DEFAULT_REST_AFTER_S = 0.5
 #: importing fla-core's kernel modules at once on a fresh host took 5.2-6.6 s against 3.0 s
 #: estimated, and the hosts' own calibration read 2.11 and 2.16 after one run (2026-11-28).
 DEFAULT_IMPORT_RATIO = {"cuda": 2.0, "interpreter": 1.0}
+#: The interpreter's defaults above are a 2-core CPU's, where this repository's and fla-core's
+#: runs took 1.6-1.8x what they took on the 2-core CPU of 2026-12-01 (compiles 0.35 against
+#: 0.19-0.20 s a KB, the workers' start-up 4.0 against 2.3-2.5 s, a measurement 0.05 against
+#: 0.024-0.036 s, a kernel module's import 1.0 against 0.63 of its estimate); there the probe
+#: (``probe_seconds``) took 0.021-0.022 s, so on the defaults' machine about 1.7 times that. A
+#: machine with no run to calibrate a part takes that part's default at its pace: its probe's
+#: time over this one. No GPU host's probe is known, so the GPU defaults are not scaled.
+PROBE_REFERENCE_S = {"interpreter": 0.037}
+#: A number here pins the pace instead of the probe (1: the defaults as they are; the tests' runs).
+PACE_ENV = "AOT_TUNE_PACE"
+PACE_BOUNDS = (0.2, 5.0)
 #: Earlier runs of this project a calibration takes the median of, and of the machine's history.
 CALIBRATION_RUNS = 5
 MACHINE_RUNS = 10
@@ -96,19 +112,20 @@ class Calibration:
     light_startup_s: float | None = None  # the two start-ups of runs whose compiles need no torch
     light_device_startup_s: float | None = None
     light: bool = False  # the run forecast compiles without torch: its start-ups are the light ones
+    pace: float = 1.0  # how long this machine takes for the defaults' CPU seconds (machine_pace)
     machine_runs: int = 0  # of the machine's history
     closeness: int = 0  # of those (aot_tune.runs.history.MachineKey.closeness)
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def startup(self) -> float:
         if self.light:
-            return known(self.light_startup_s, DEFAULT_LIGHT_STARTUP_S.get(self.backend, 5.0))
-        return known(self.startup_s, DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
+            return known(self.light_startup_s, self.pace * DEFAULT_LIGHT_STARTUP_S.get(self.backend, 5.0))
+        return known(self.startup_s, self.pace * DEFAULT_STARTUP_S.get(self.backend, DEFAULT_STARTUP_S["cuda"]))
 
     def device_startup(self) -> float:
         if self.light:
-            return known(self.light_device_startup_s, DEFAULT_LIGHT_DEVICE_STARTUP_S.get(self.backend, 2.0))
-        return known(self.device_startup_s, DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
+            return known(self.light_device_startup_s, self.pace * DEFAULT_LIGHT_DEVICE_STARTUP_S.get(self.backend, 2.0))
+        return known(self.device_startup_s, self.pace * DEFAULT_DEVICE_STARTUP_S.get(self.backend, 1.0))
 
     def compile(self, kernel_kb: float = 0.0) -> float:
         """A typical compile of a kernel of ``kernel_kb`` KB of code (0: not known), none of whose
@@ -124,7 +141,7 @@ class Calibration:
             return self.compile_s_per_kb * kernel_kb
         if self.compile_s is not None:
             return self.compile_s
-        return DEFAULT_COMPILE_S_PER_KB * kernel_kb if kernel_kb > 0 else DEFAULT_COMPILE_S
+        return self.pace * (DEFAULT_COMPILE_S_PER_KB * kernel_kb if kernel_kb > 0 else DEFAULT_COMPILE_S)
 
     def engine(self) -> float:
         """A measurement's seconds beyond its timed launches; on a GPU, beyond the warm-up too
@@ -137,21 +154,21 @@ class Calibration:
                     return self.engine_s
         elif self.engine_s is not None:
             return self.engine_s
-        return DEFAULT_ENGINE_S.get(self.backend, DEFAULT_ENGINE_S["interpreter"])
+        return self.pace * DEFAULT_ENGINE_S.get(self.backend, DEFAULT_ENGINE_S["interpreter"])
 
     def batch(self) -> float:
-        return known(self.batch_s, DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
+        return known(self.batch_s, self.pace * DEFAULT_BATCH_S.get(self.backend, DEFAULT_BATCH_S["cuda"]))
 
     def unstaged(self) -> float:
-        return known(self.unstaged_s, DEFAULT_UNSTAGED_S)
+        return known(self.unstaged_s, self.pace * DEFAULT_UNSTAGED_S)
 
     def rest_after(self) -> float:
         """The part of ``unstaged`` after the last stage: what a run's progress lines still have ahead."""
-        return min(self.unstaged(), known(self.rest_after_s, DEFAULT_REST_AFTER_S))
+        return min(self.unstaged(), known(self.rest_after_s, self.pace * DEFAULT_REST_AFTER_S))
 
     def imports(self, estimate_s: float) -> float:
         """The seconds an import estimated at ``estimate_s`` takes on this machine."""
-        return estimate_s * known(self.import_ratio, DEFAULT_IMPORT_RATIO.get(self.backend, 1.0))
+        return estimate_s * known(self.import_ratio, self.pace * DEFAULT_IMPORT_RATIO.get(self.backend, 1.0))
 
     def described(self) -> str:
         """Where the calibration came from, for the dry run's last line."""
@@ -161,9 +178,11 @@ class Calibration:
         if self.machine_runs and any(s == "machine" for s in self.sources.values()):
             told.append(f"{self.machine_runs} run{'s' * (self.machine_runs != 1)} in the machine's history "
                         f"({CLOSENESS[self.closeness]})")
+        paced = f"; the defaults at this machine's pace, {self.pace:.2f}x theirs" if self.pace != 1.0 else ""
         if not told:
-            return f"uncalibrated: no earlier run on {self.backend} in .aot_tune/runs.json or the machine's history"
-        return "calibrated from " + " and ".join(told)
+            return (f"uncalibrated: no earlier run on {self.backend} in .aot_tune/runs.json or the machine's "
+                    f"history{paced}")
+        return "calibrated from " + " and ".join(told) + paced
 
 
 def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[HistoryEntry] = (),
@@ -189,8 +208,9 @@ def calibrate(runs: Sequence[RunRecord], backend: str, history: Sequence[History
                                 else median_of([s[name] for s in seen if name in s]))
                 if values[name] is not None:
                     sources[name] = "machine"
-    return Calibration(backend, len(told), **values, light=light, machine_runs=len(machine), closeness=closeness,
-                       sources=sources)
+    pace = machine_pace(backend) if any(value is None for value in values.values()) else 1.0
+    return Calibration(backend, len(told), **values, light=light, pace=pace, machine_runs=len(machine),
+                       closeness=closeness, sources=sources)
 
 
 def observed(run: RunRecord) -> dict[str, float]:
@@ -273,6 +293,48 @@ def _ratio(seen: Sequence[Mapping[str, float]]) -> float | None:
     ratios = [s["import_s"] / s["import_estimate_s"] for s in seen
               if s.get("import_estimate_s", 0.0) >= IMPORT_RATIO_FLOOR_S and "import_s" in s]
     return median_of(ratios)
+
+
+def machine_pace(backend: str) -> float:
+    """How long this machine takes for what took a second where ``backend``'s defaults were
+    measured: ``AOT_TUNE_PACE`` if set, else the probe's time over ``PROBE_REFERENCE_S`` (taken
+    once a process, within ``PACE_BOUNDS``), else 1 (no reference for the backend)."""
+    pinned = os.environ.get(PACE_ENV, "")
+    if pinned:
+        try:
+            return min(max(float(pinned), PACE_BOUNDS[0]), PACE_BOUNDS[1])
+        except ValueError:
+            pass
+    reference = PROBE_REFERENCE_S.get(backend)
+    if reference is None:
+        return 1.0
+    return min(max(probe_seconds() / reference, PACE_BOUNDS[0]), PACE_BOUNDS[1])
+
+
+@functools.lru_cache(maxsize=1)
+def probe_seconds() -> float:
+    """A fixed piece of CPU work, timed: Python dict and string work (as in a module's import or
+    the interpreter's kernels) and zlib over a text (native, branchy, as a compiler's passes),
+    the least of three runs each, added: about 0.02 s on the 2-core CPU of PROBE_REFERENCE_S,
+    twice that with both of its cores busy (as a run there would be too)."""
+    text = " ".join(str(i * i % 10007) for i in range(30000)).encode()
+
+    def python_work() -> int:
+        table: dict[str, int] = {}
+        for i in range(60000):
+            key = f"k{i % 997}"
+            table[key] = table.get(key, 0) + (i * 7) % 13
+        return sum(table.values())
+
+    def least(work) -> float:
+        spans = []
+        for _ in range(3):
+            began = time.perf_counter()
+            work()
+            spans.append(time.perf_counter() - began)
+        return min(spans)
+
+    return least(python_work) + least(lambda: zlib.compress(text, 6))
 
 
 def known(value: float | None, default: float) -> float:

@@ -69,6 +69,40 @@ def test_a_fresh_project_is_forecast_from_the_machines_runs_of_other_kernels(tmp
     assert model.forecast(plan, staleness, 2, history=gpu).calibration.machine_runs == 0
 
 
+def test_a_machine_with_nothing_calibrated_takes_the_defaults_at_its_pace(tmp_path, monkeypatch):
+    """The interpreter's defaults are one machine's CPU seconds: a machine whose probe takes half
+    as long forecasts each default part at half of it, and says so; a part earlier runs told is
+    not scaled, and where every part was told no probe is taken at all."""
+    plan, staleness = fresh(tmp_path)
+    bare = model.forecast(plan, staleness, 2)  # the tests pin the pace to 1 (tests/conftest.py)
+    monkeypatch.delenv(calibrating.PACE_ENV)
+    monkeypatch.setattr(calibrating, "probe_seconds", lambda: calibrating.PROBE_REFERENCE_S["interpreter"] / 2)
+    fast = model.forecast(plan, staleness, 2)
+    assert fast.calibration.pace == 0.5 and "at this machine's pace, 0.50x theirs" in fast.calibration.described()
+    assert sum(fast.compiles) == pytest.approx(sum(bare.compiles) / 2)
+    assert fast.calibration.startup() == pytest.approx(bare.calibration.startup() / 2)
+    assert fast.rest_s - fast.launch_s == pytest.approx((bare.rest_s - bare.launch_s) / 2)
+    assert list(fast.bench_seconds.values()) == pytest.approx([s / 2 for s in bare.bench_seconds.values()])
+    told = model.forecast(plan, staleness, 2, history=others(key_of(plan)))
+    assert told.calibration.startup() == 6.0 and told.calibration.device_startup() == 3.0  # told: as they were
+    assert sum(told.compiles) / len(told.compiles) == pytest.approx(0.5)
+
+    def no_probe():
+        raise AssertionError("probed although every part was calibrated")
+    monkeypatch.setattr(calibrating, "probe_seconds", no_probe)
+    everything = {name: 1.0 for name in calibrating.CALIBRATED} | {"import_s": 1.0, "import_estimate_s": 1.0}
+    assert calibrating.calibrate([], "interpreter", others(key_of(plan), **everything), key_of(plan)).pace == 1.0
+    assert calibrating.machine_pace("cuda") == 1.0  # no GPU host's probe is known: its defaults stand
+    monkeypatch.setenv(calibrating.PACE_ENV, "100")
+    assert calibrating.machine_pace("interpreter") == calibrating.PACE_BOUNDS[1]
+
+
+def test_the_probe_takes_a_fraction_of_a_second_and_reads_alike_twice():
+    first = calibrating.probe_seconds.__wrapped__()
+    second = calibrating.probe_seconds.__wrapped__()
+    assert 0.0 < first < 0.5 and 0.25 < first / second < 4.0  # a busy moment may slow one of them
+
+
 def test_a_kernel_never_compiled_here_is_priced_by_the_size_of_its_code(tmp_path):
     """Other kernels compiled at 0.4 s a KB of code: kernels/vector_add.py's add_kernel is 0.3 KB."""
     plan, staleness = fresh(tmp_path)
