@@ -3,66 +3,16 @@ off its plan, what earlier runs left in this tree and what this machine's runs o
 showed, before anything runs (``doit tune --dry-run`` prints it; a real run records it beside its
 wall time, and its progress lines start their estimate of what is left from it).
 
-A run is four parts, added up:
-
-* **start-up**: the compile workers' start-up (the fork server's torch and triton imports, then
-  each worker's import of the kernels' modules) when anything is compiled or a launch's
-  specialization captured (0.5 ms a launch, split over the compile workers); else the fork
-  server's imports, then the device workers' start-up (they fork from it) and their import of the
-  kernels' modules. That import is estimated from the modules' source, never imported here
-  (aot_tune.build.imports: a kernel library's is mostly its Triton-jitted functions and any
-  ``torch.compile`` at import), and scaled by how this machine's earlier imports compared with
-  their estimates.
-* **compile**: each stale compile's seconds, list-scheduled longest first over the ``-n`` workers
-  (as the compile stage runs them). A compile expects its recorded seconds from an earlier run
-  (any fingerprint: an edit changes a compile's time far less than its config does), else its
-  ``compile_cost`` estimate put in seconds by the kernel's recorded ones, else, for a kernel
-  ``aot_tune record`` saw compile, the seconds that compile took (a library's kernels differ 5-8x
-  in compile time at one size of code), else the typical compile of a kernel of its code's size
-  (the calibrated seconds per KB of the jitted function and the jitted functions it calls,
-  aot_tune.build.imports.kernel_bytes: a kernel's compiles follow its size from kernel to kernel),
-  spread over its configs by their estimates (``build.compile.expected_compile_seconds``, which
-  the compile stage orders by too); the compile deadline (``build.deadline``) caps a straggler. A
-  launch whose specialization is not captured yet is assumed to specialize as a captured launch of
-  the same class (its dtype, and which ints are 1 or divisible by 16) does: one compile per class,
-  config and target.
-* **bench**: per measurement, on a GPU, the timed launches (``rep_ms`` x the share a budgeted
-  search gives it, x 1.1: the engine fills a bit over ``rep_ms``) plus the engine's overhead
-  (check, probe, graph capture, kernel load); on the interpreter, that config's ``seconds`` in the
-  shape's earlier record. A ``ranked`` search measures its first batch and
-  ``aot_tune.search.ranked.EXPECTED_LATER_BATCHES`` more where the cache holds a source for its
-  shape, every config where it holds none, each timing ``ranked.SCREEN_SHARE`` of ``rep_ms`` on a
-  GPU. On a GPU, the finals time up to ``select.FINALS_MAX`` configs again for
-  ``select.FINALS_SHARE`` of ``rep_ms`` in a batch of their own. Plus an overhead per batch sent to
-  the device worker, and on a GPU its first config's ``warmup_ms`` (the later configs warm up
-  behind the timed launches ahead of them); a config that failed to compile every time before costs
-  no measurement. A bench task's seconds are spread over its model's devices (longest first).
-  Benches stream behind the compiles, so the bench part is what the benches add after the compile
-  part: they start once the first compile landed and the device workers are up (they start with the
-  captures and import the kernels' modules side by side with the compile workers, so from the
-  compiles' start they wait only for what their start-up takes beyond the compile workers'), and
-  end no sooner than the last compile plus one measurement per bench (a random draw under a configs
-  budget waits for all its compiles). An adaptive search compiles on demand
-  (aot_tune.pipeline.searching): per target, the distinct candidates not compiled yet that its
-  stale benches needing the target reach if each drew the configs it is expected to measure at
-  random (``_on_demand``), each at their mean predicted seconds; they are list-scheduled over the
-  compile workers and added to the bench part (the searches wait for them).
-* **rest**: the command's own start before the run (``launch_s``: its interpreter's start and
-  imports, measured in the forecasting process: the dry run's start is the run's), planning, merge
-  and generate; and where a kernel with work exports through the project's own exporter
-  (``exports: [{to: module:function}]``), the tuning process's import of it at the merge: torch
-  and triton where it reaches them (a share of the fork server's start-up, ``MAIN_*_SHARE``), then
-  its modules' estimate, and the process's longer exit with them loaded.
-
-The overheads, start-ups, a compile's typical seconds (per KB of code, else per compile) and the
-import's scale are calibrated part by part (aot_tune.pipeline.calibration): from the last runs on
-the same backend in ``.aot_tune/runs.json`` (medians), else from this machine's history of runs of
-any project (aot_tune.runs.history, the closest comparable runs: same backend, device and CPU
-count, then toolchain and ``-n``), else the documented defaults. A run's progress lines then
-correct the prediction by the run's own compiles and measurements as they finish
-(aot_tune.runs.progress). Compiles failing for the first time, faults and hangs, several waves per
-bench, the surrogate's fits, and processes slowing each other on a machine with fewer cores than
-processes are not modelled (the machine's history takes in what the last does on average).
+A run is four parts, added up: **start-up** (the workers' imports, the kernel modules' import
+estimated from their source by aot_tune.build.imports, the captures), **compile** (each stale
+compile's expected seconds, list-scheduled longest first over ``-n`` workers), **bench** (per
+measurement its timed launches and the engine's overhead, per batch its own; what the benches add
+after the compiles they stream behind, and the compiles adaptive searches run on demand) and
+**rest** (the command's start, measured in the forecasting process, planning, merge, generate and
+the exporters' imports). The guide's "Before a run: the cost" (docs/guide.md) says what each part
+takes in and why, which is that section's to say. Overheads and rates are calibrated part by part
+in aot_tune.pipeline.calibration; a run's progress lines then correct the prediction as its tasks
+finish (aot_tune.runs.progress).
 """
 from __future__ import annotations
 
