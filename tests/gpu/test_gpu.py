@@ -271,6 +271,35 @@ def test_a_fault_in_a_pipelined_pass_is_pinned_on_its_config(tmp_path):
     assert all(len(r.times_ms) >= 10 for r in results.values() if r.ok)
 
 
+def test_configs_that_join_a_running_pass_are_timed_and_a_fault_among_them_is_pinned(tmp_path):
+    """Configs a bench adds while its batch runs (their compiles landed meanwhile) join the GPU
+    pass before its next config, their kernels found and loaded in the pass; each is timed as a
+    config of the batch would be, and an illegal memory access among them is blamed on its config
+    alone, the configs with work on the device beside it measured again."""
+    from tunerun import planted
+
+    from aot_tune.bench.local.pool import DevicePool
+    from aot_tune.manifest import BenchSettings
+
+    settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
+    batch = [planted(0, block, n=1 << 20, settings=settings) for block in (256, 512)]
+    joining = [[planted(0, 1024, n=1 << 20, settings=settings), planted(3, 256, n=1 << 20, settings=settings)],
+               [planted(1, 256, n=1 << 20, settings=settings)], [], [planted(0, 2048, n=1 << 20, settings=settings)]]
+    def more():
+        return joining.pop(0) if joining else []
+
+    pool = DevicePool("cuda", 1, str(tmp_path / "triton-cache"))
+    try:
+        with pool.lease() as lease:
+            results = {r.config_id: r for r in lease.measure_all(batch, 60.0, more=more)}
+    finally:
+        pool.close()
+    assert not joining and {config_id: r.status for config_id, r in results.items()} == {
+        "fault0-block256": "ok", "fault0-block512": "ok", "fault0-block1024": "ok", "fault3-block256": "crashed",
+        "fault1-block256": "wrong_result", "fault0-block2048": "ok"}, results
+    assert all(len(r.times_ms) >= 10 for r in results.values() if r.ok)
+
+
 def test_a_workers_first_graph_timed_configs_read_like_its_later_ones(tmp_path):
     """The first CUDA graphs a process replays run a tiny kernel faster than all later ones
     (1.4 against 1.8 us on the H200): a fresh worker's first pass over graph-timed configs must
