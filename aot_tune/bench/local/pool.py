@@ -94,11 +94,14 @@ class LocalLease(DeviceLease):
             sent = list(remaining)  # what this worker was given: the batch, then what joined it
             for message in self._exchange(remaining, timeout_s, None if more_failed else more, sent, more_failed):
                 if isinstance(message, _Suspects):
-                    if len(message.config_ids) == 1:  # the only config on the device: its fault
-                        done.add(message.config_ids[0])
-                        yield ConfigMeasurement(message.config_ids[0], message.status, message.reason)
+                    # a config named on the device that already has its result is no suspect; with
+                    # none left (the worker died after their results), the rest go to a fresh one
+                    pending = tuple(config_id for config_id in message.config_ids if config_id not in done)
+                    if len(pending) == 1:  # the only config on the device: its fault
+                        done.add(pending[0])
+                        yield ConfigMeasurement(pending[0], message.status, message.reason)
                     else:
-                        suspects = message.config_ids
+                        suspects = pending
                     break
                 result, hits, misses, usable = message
                 self.cache_hits += hits
@@ -179,6 +182,10 @@ class LocalLease(DeviceLease):
                     self.seconds.update(message[1])
                     if not waiting:
                         return
+                    # what was added after the pass ended is a pass of its own: until it says
+                    # otherwise, a death is its first config's, as at a batch's start
+                    current = (next(r.config_id for r in sent if r.config_id in waiting),)
+                    phase = "check"
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(5)
             code = worker.process.exitcode
