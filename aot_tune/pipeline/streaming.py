@@ -182,12 +182,13 @@ class DeviceHold:
     go while it waits for compiles, so that a bench whose configs have landed measures meanwhile.
     Counts the Triton cache hits of its leases and the seconds it held a device (after the
     device's worker was up): the device time the bench stage's share of timed launches is of.
-    ``on_batch`` hears, after each batch, the device seconds held so far and the configs measured
-    so far, the finals left out (the progress estimate's measure of how far a running bench task
-    has come)."""
+    ``on_progress`` hears, after each result (a batch of finals: once, at its end), the device
+    seconds held so far and the configs measured so far, the finals left out (the progress
+    estimate's measure of how far a running bench task has come: configs that land while a
+    batch runs join it, so one batch may hold most of a shape's)."""
 
-    def __init__(self, devices, device, on_batch: Callable[[float, int], None] | None = None) -> None:
-        self._devices, self._device, self._on_batch = devices, device, on_batch
+    def __init__(self, devices, device, on_progress: Callable[[float, int], None] | None = None) -> None:
+        self._devices, self._device, self._on_progress = devices, device, on_progress
         self.measured = 0  # results of its batches, the finals' left out
         self._stack: contextlib.ExitStack | None = None
         self._lease = None
@@ -216,12 +217,20 @@ class DeviceHold:
         """One batch on the device, taken now if not held (its results, all read, with those of
         the configs ``more`` added to it as it ran: ``DeviceLease.measure_all``)."""
         self.batches += 1
-        measured = list(self.lease().measure_all(requests, timeout_s, more=more))
-        if not (requests and requests[0].final_rounds):
-            self.measured += len(measured)
-        if self._on_batch is not None:
-            self._on_batch(self.held_now(), self.measured)
+        finals = bool(requests and requests[0].final_rounds)
+        measured = []
+        for result in self.lease().measure_all(requests, timeout_s, more=more):
+            measured.append(result)
+            if not finals:
+                self.measured += 1
+                self._tell()
+        if finals or not measured:
+            self._tell()
         return measured
+
+    def _tell(self) -> None:
+        if self._on_progress is not None:
+            self._on_progress(self.held_now(), self.measured)
 
     def held_now(self) -> float:
         """The device seconds held so far, the current lease's included."""

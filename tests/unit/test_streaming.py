@@ -269,7 +269,7 @@ def test_a_hold_does_not_count_what_its_batches_waited_for_the_worker_to_start()
             yield lease
 
     heard = []
-    hold = DeviceHold(Devices(), "h100", on_batch=lambda seconds, measured: heard.append(seconds))
+    hold = DeviceHold(Devices(), "h100", on_progress=lambda seconds, measured: heard.append(seconds))
     hold.measure_all([], 1.0)
     assert len(heard) == 1 and 0.04 <= heard[0] < 0.25  # after each batch: the device time held so far
     hold.release()
@@ -279,8 +279,9 @@ def test_a_hold_does_not_count_what_its_batches_waited_for_the_worker_to_start()
 
 
 def test_a_hold_tells_the_measurements_of_its_batches_and_leaves_the_finals_out():
-    """The progress estimate hears each batch's results so far against the measurements the
-    forecast predicted, which do not count the finals (their seconds are priced apart)."""
+    """The progress estimate hears each result as it comes against the measurements the forecast
+    predicted, which do not count the finals (their seconds are priced apart): once at a finals
+    batch's end."""
     import contextlib
     from types import SimpleNamespace
 
@@ -293,11 +294,11 @@ def test_a_hold_tells_the_measurements_of_its_batches_and_leaves_the_finals_out(
                                   measure_all=lambda requests, timeout_s, more=None: list(requests))
 
     heard = []
-    hold = DeviceHold(Devices(), "h100", on_batch=lambda seconds, measured: heard.append(measured))
+    hold = DeviceHold(Devices(), "h100", on_progress=lambda seconds, measured: heard.append(measured))
     searched, finals = [SimpleNamespace(final_rounds=0)] * 4, [SimpleNamespace(final_rounds=5)] * 3
     for batch in (searched, searched, finals):
         hold.measure_all(batch, 1.0)
-    assert heard == [4, 8, 8]
+    assert heard == [1, 2, 3, 4, 5, 6, 7, 8, 8]
 
 
 def test_a_bench_waits_for_its_references_compile_without_a_device():
