@@ -170,6 +170,17 @@ class Benches:
                 requests, tail = requests + tail, []
             return requests
 
+        looked = [-1]  # the run's compile landings when ``more`` last looked
+
+        def more() -> list[BenchRequest]:
+            """What landed since the last look, asked after each result of a running batch: the
+            scan of the pending configs only where a compile finished meanwhile."""
+            landings = self.compiles.claims.landings
+            if not left or landings == looked[0]:
+                return []
+            looked[0] = landings
+            return take(set())
+
         while True:
             wave = next(waves, None)  # waits without the device
             if wave is None:
@@ -180,12 +191,13 @@ class Benches:
             # may wait for the device (the configs that land meanwhile join this batch), which
             # builds this shape's inputs meanwhile if it is busy with another one
             hold.lease(upcoming=self.request(kp, unit, wave[0], kp.spec.bench, device))
+            looked[0] = self.compiles.claims.landings  # read before take() looks: none is missed
             requests = take({c.id for c in wave})
             if not requests:
                 continue
             # the configs that land while it runs join the batch: a batch of their own would
             # start on an idle device (aot_tune.bench.engine.pipeline)
-            measured, seconds = measure_batch(hold, requests, timeout_s, more=lambda: take(set()) if left else [])
+            measured, seconds = measure_batch(hold, requests, timeout_s, more=more)
             measured = baselines.take(measured)
             for m in measured:
                 entries[m.config_id] = measurement_proto(m, planned[m.config_id], seconds[m.config_id])

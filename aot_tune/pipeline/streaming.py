@@ -50,6 +50,9 @@ class CompileClaims:
         self._done: dict[str, threading.Event] = {}
         self.errors: dict[str, str] = {}  # name -> what the compile raised (not a kernel fault: those are results)
         self._watchers: dict[str, list[threading.Event]] = {}  # name -> the waits it ends (wait_for_any)
+        #: compiles finished so far: a bench that saw none finish since it last looked has nothing
+        #: new to take into its running batch, and does not scan its configs again
+        self.landings = 0
 
     def _claim(self, name: str) -> threading.Event | None:
         """The new claim's event, or None if ``name`` was claimed before."""
@@ -69,6 +72,7 @@ class CompileClaims:
         finally:
             with self._lock:
                 done.set()
+                self.landings += 1
                 for wake in self._watchers.pop(name, ()):
                     wake.set()
 

@@ -82,6 +82,7 @@ def test_a_scheduled_compile_returns_at_once_and_a_failure_is_reported_to_its_be
         release.set()
         claims.run_once("u", lambda: None)  # waits for the claimant
     assert claims.finished("u") and claims.failures(["u", "v"]) == "u failed: OSError: disk full"
+    assert claims.landings == 1  # a compile that raised has finished too: its benches look again
 
 
 def test_run_all_runs_the_unclaimed_side_by_side_and_waits_for_the_claimed_ones():
@@ -158,13 +159,16 @@ def test_the_record_does_not_depend_on_the_waves():
                 t = 1.0 + [c.id for c in configs].index(r.config_id) % 5 / 7 if r.config_id != "vendor" else 0.5
                 yield ConfigMeasurement(r.config_id, "ok", times_ms=[t] * 12, method="events",
                                         phase_seconds={"check": 0.001, "timed": t / 50})
-                landed.update(landing.pop(0) if landing else ())
+                if landing:
+                    landed.update(landing.pop(0))
+                    claims.landings += 1
                 added = list(more()) if more is not None else []
                 batches[-1] += [a.config_id for a in added]
                 pending += added
 
     landed: set = set()
     landing: list = []
+    claims = SimpleNamespace(landings=0)  # the compiles finished so far (CompileClaims.landings)
 
     def measure(waves, landed_meanwhile=(), landing_during=()):
         batches.clear()
@@ -174,7 +178,7 @@ def test_the_record_does_not_depend_on_the_waves():
         benches = Benches.__new__(Benches)
         benches.compiles = SimpleNamespace(
             all_landed=lambda kp, unit, config, device: config in landed, stragglers=Stragglers(),
-            landed=lambda cu: True,
+            landed=lambda cu: True, claims=claims,
             invalid_configs=lambda kp, unit, wave: {c.id: invalid[c.id] for c in wave if c.id in invalid})
         benches.stats = RunStats()
         benches.staleness = SimpleNamespace(configs_to_measure=lambda kp, unit: list(configs))
