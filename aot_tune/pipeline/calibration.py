@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from aot_tune.runs.history import CLOSENESS, HistoryEntry, MachineKey, append_history, comparable
 from aot_tune.runs.log import STAGE_ORDER, RunRecord, time_split
+from aot_tune.runs.progress import eprint
 
 #: Defaults where no earlier run calibrates them, by backend. Start-up: the fork server's imports
 #: took about 3 s on a 2-core CPU and 9-14 s on the H100 host; device workers start in 0.3 s
@@ -299,16 +300,21 @@ def machine_pace(backend: str) -> float:
     """How long this machine takes for what took a second where ``backend``'s defaults were
     measured: ``AOT_TUNE_PACE`` if set, else the probe's time over ``PROBE_REFERENCE_S`` (taken
     once a process, within ``PACE_BOUNDS``), else 1 (no reference for the backend)."""
+    low, high = PACE_BOUNDS
     pinned = os.environ.get(PACE_ENV, "")
     if pinned:
         try:
-            return min(max(float(pinned), PACE_BOUNDS[0]), PACE_BOUNDS[1])
+            return min(max(float(pinned), low), high)
         except ValueError:
-            pass
+            _warn_once(f"aot_tune: warning: {PACE_ENV}={pinned!r} is not a number, so this machine's pace is "
+                       f"measured instead (fix: a number, 1 for the defaults as they are, or unset it)")
     reference = PROBE_REFERENCE_S.get(backend)
-    if reference is None:
-        return 1.0
-    return min(max(probe_seconds() / reference, PACE_BOUNDS[0]), PACE_BOUNDS[1])
+    return 1.0 if reference is None else min(max(probe_seconds() / reference, low), high)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(line: str) -> None:
+    eprint(line)
 
 
 @functools.lru_cache(maxsize=1)

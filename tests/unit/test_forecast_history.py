@@ -97,6 +97,14 @@ def test_a_machine_with_nothing_calibrated_takes_the_defaults_at_its_pace(tmp_pa
     assert calibrating.machine_pace("interpreter") == calibrating.PACE_BOUNDS[1]
 
 
+def test_a_pace_that_is_not_a_number_is_one_warning_line_and_the_probe_decides(monkeypatch, capfd):
+    monkeypatch.setenv(calibrating.PACE_ENV, "fast")
+    monkeypatch.setattr(calibrating, "probe_seconds", lambda: calibrating.PROBE_REFERENCE_S["interpreter"] * 2)
+    assert calibrating.machine_pace("interpreter") == 2.0 and calibrating.machine_pace("interpreter") == 2.0
+    (line,) = capfd.readouterr().err.splitlines()  # once a process
+    assert "AOT_TUNE_PACE='fast' is not a number" in line and "fix:" in line
+
+
 def test_the_probe_takes_a_fraction_of_a_second_and_reads_alike_twice():
     first = calibrating.probe_seconds.__wrapped__()
     second = calibrating.probe_seconds.__wrapped__()
