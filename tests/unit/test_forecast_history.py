@@ -86,13 +86,15 @@ def test_a_machine_with_nothing_calibrated_takes_the_defaults_at_its_pace(tmp_pa
     told = model.forecast(plan, staleness, 2, history=others(key_of(plan)))
     assert told.calibration.startup() == 6.0 and told.calibration.device_startup() == 3.0  # told: as they were
     assert sum(told.compiles) / len(told.compiles) == pytest.approx(0.5)
+    # each backend's defaults against the probe of the machine where they were measured
+    assert calibrating.machine_pace("cuda") == pytest.approx(
+        calibrating.PROBE_REFERENCE_S["interpreter"] / 2 / calibrating.PROBE_REFERENCE_S["cuda"])
 
     def no_probe():
         raise AssertionError("probed although every part was calibrated")
     monkeypatch.setattr(calibrating, "probe_seconds", no_probe)
     everything = {name: 1.0 for name in calibrating.CALIBRATED} | {"import_s": 1.0, "import_estimate_s": 1.0}
     assert calibrating.calibrate([], "interpreter", others(key_of(plan), **everything), key_of(plan)).pace == 1.0
-    assert calibrating.machine_pace("cuda") == 1.0  # no GPU host's probe is known: its defaults stand
     monkeypatch.setenv(calibrating.PACE_ENV, "100")
     assert calibrating.machine_pace("interpreter") == calibrating.PACE_BOUNDS[1]
 
