@@ -275,7 +275,10 @@ def test_configs_that_join_a_running_pass_are_timed_and_a_fault_among_them_is_pi
     """Configs a bench adds while its batch runs (their compiles landed meanwhile) join the GPU
     pass before its next config, their kernels found and loaded in the pass; each is timed as a
     config of the batch would be, and an illegal memory access among them is blamed on its config
-    alone, the configs with work on the device beside it measured again."""
+    alone, the configs with work on the device beside it measured again. The fault joins last:
+    the lease asks for more after each result, and the four results before it (one a wrong
+    result) ask four times, an empty answer among them; after the fault the configs beside it
+    are measured alone, which asks for nothing."""
     from tunerun import planted
 
     from aot_tune.bench.local.pool import DevicePool
@@ -283,8 +286,9 @@ def test_configs_that_join_a_running_pass_are_timed_and_a_fault_among_them_is_pi
 
     settings = BenchSettings(warmup_ms=1.0, rep_ms=5.0, l2_flush=True, l2_flush_bytes=None)
     batch = [planted(0, block, n=1 << 20, settings=settings) for block in (256, 512)]
-    joining = [[planted(0, 1024, n=1 << 20, settings=settings), planted(3, 256, n=1 << 20, settings=settings)],
-               [planted(1, 256, n=1 << 20, settings=settings)], [], [planted(0, 2048, n=1 << 20, settings=settings)]]
+    joining = [[planted(0, 1024, n=1 << 20, settings=settings)], [planted(1, 256, n=1 << 20, settings=settings)], [],
+               [planted(0, 2048, n=1 << 20, settings=settings), planted(3, 256, n=1 << 20, settings=settings)]]
+
     def more():
         return joining.pop(0) if joining else []
 
@@ -294,9 +298,10 @@ def test_configs_that_join_a_running_pass_are_timed_and_a_fault_among_them_is_pi
             results = {r.config_id: r for r in lease.measure_all(batch, 60.0, more=more)}
     finally:
         pool.close()
-    assert not joining and {config_id: r.status for config_id, r in results.items()} == {
+    assert {config_id: r.status for config_id, r in results.items()} == {
         "fault0-block256": "ok", "fault0-block512": "ok", "fault0-block1024": "ok", "fault3-block256": "crashed",
-        "fault1-block256": "wrong_result", "fault0-block2048": "ok"}, results
+        "fault1-block256": "wrong_result", "fault0-block2048": "ok"}, {c: (r.status, r.message) for c, r in results.items()}
+    assert not joining, f"{len(joining)} answers of more() never asked for"
     assert all(len(r.times_ms) >= 10 for r in results.values() if r.ok)
 
 
