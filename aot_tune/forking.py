@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -77,6 +78,32 @@ def start_server(torch: bool = True) -> bool:
             multiprocessing.get_context("forkserver").set_forkserver_preload([PRELOAD_MODULE])
         forkserver.ensure_running()
     return True
+
+
+def stop_server() -> None:
+    """Stop a fork server that no worker has used yet, at once (a run that found nothing to do
+    after starting it early, or whose planning failed): its imports would otherwise go on for
+    seconds after the command, holding its output open (a ``doit tune | tee log`` waits for it).
+    A server a worker was forked from is left alone."""
+    global _server_started
+    from multiprocessing import forkserver
+
+    with _check_lock, _lock:  # context()'s order: a check under way ends first, and then it stays
+        if not _server_started or _method is not None:
+            return
+        _server_started = False
+        server = forkserver._forkserver  # the process's one server, as set_forkserver_preload sets it
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)  # mid-import: nothing to flush, nothing forked from it
+        except ProcessLookupError:
+            pass
+        try:
+            server._stop()  # closes its pipe, reaps it, removes its socket: a later start is a fresh one
+        except (OSError, AttributeError):
+            pass
 
 
 def context() -> multiprocessing.context.BaseContext:

@@ -20,7 +20,7 @@ from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_comp
                                        opt_tls_key, opt_worker_wait)
 from aot_tune.errors import StageFailure, TuneError
 from aot_tune.pipeline.forecast import forecast, import_walk, may_have_work
-from aot_tune.pipeline.plan import Plan, build_plan
+from aot_tune.pipeline.plan import Plan, build_plan, compiles_need_torch
 from aot_tune.runs.history import read_history
 from aot_tune.runs.log import read_runs
 from aot_tune.pipeline.session import TuneSession
@@ -168,6 +168,18 @@ class ManifestLoader(TaskLoader2):
         had landed (H200 host)."""
         return jobs + min(waiting_benches(plan, staleness), MAX_WAITING_BENCHES)
 
+    def start_fork_server(self) -> None:
+        """Start the fork server before planning: its imports (torch and triton, 5-8 s on a GPU
+        host's cold disk) are what every capture and compile waits for first, and the planning
+        before them (reading the recordings and caches, asking nvidia-smi for the GPUs: 0.8-1.4 s
+        there) now runs beside them. Torch only where a compile needs it, which the manifest
+        alone tells. A run that then finds nothing to do stops it (``forking.stop_server``)."""
+        try:
+            kernels = self.manifest.select(self.kernel_names)
+        except TuneError:  # planning reports it
+            return
+        forking.start_server(torch=compiles_need_torch(self.manifest.root, kernels))
+
     def compile_deadline(self) -> CompileDeadline:
         deadline = CompileDeadline(factor=float(self.options.get("compile_deadline", CompileDeadline.factor)))
         if deadline.factor < 0:
@@ -176,6 +188,16 @@ class ManifestLoader(TaskLoader2):
         return deadline
 
     def load_tasks(self, cmd, pos_args) -> list:
+        executing = getattr(cmd, "execute_tasks", False)  # False for `doit list`: it runs nothing
+        if executing:
+            self.start_fork_server()
+        try:
+            return self._tasks(executing)
+        except BaseException:  # the run ends here: a server no worker used would import on after it
+            forking.stop_server()
+            raise
+
+    def _tasks(self, executing: bool) -> list:
         from aot_tune import rules
         from aot_tune.rules import bench, compile, generate, merge
 
@@ -193,7 +215,7 @@ class ManifestLoader(TaskLoader2):
         jobs = self.compile_jobs(cluster)
         self.session = TuneSession(plan, Executors(devices[0], plan.triton_cache_dir, jobs, cluster=cluster,
                                                    deadline=deadline), staleness)
-        if getattr(cmd, "execute_tasks", False):  # `doit list` shows what is known, and runs nothing
+        if executing:
             note = plan.compile_only_note()
             if note:
                 eprint(f"aot_tune: {note}")
@@ -203,9 +225,9 @@ class ManifestLoader(TaskLoader2):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
             working = may_have_work(plan, staleness)  # a no-op run predicts nothing, and starts no worker
             if working:
-                # its imports (seconds) overlap the captures' set-up; torch only where a compile needs it
-                forking.start_server(torch=self.session.executors.compiles_need_torch)
                 walk = start_walk(plan, staleness)  # a library's import tree is read while the captures run
+            else:
+                forking.stop_server()  # a no-op run forks no worker: it ends now, not after the imports
             try:
                 self.session.specialize()
             except TuneError as err:
@@ -221,7 +243,7 @@ class ManifestLoader(TaskLoader2):
         if self.options.get("always"):  # -a runs the up-to-date tasks too: progress counts them from the start
             for stage, progress in self.session.progress.items():
                 progress.total = sum(1 for task in task_list if task.name.startswith(f"{stage}:"))
-        if getattr(cmd, "execute_tasks", False):
+        if executing:
             if self.session.progress["bench"].total:  # where the benches run matters only when they do
                 for device in devices:
                     if device.notice:

@@ -222,9 +222,7 @@ class Plan:
         return kp.spec.module_refs
 
     def compiles_need_torch(self) -> bool:
-        """Whether a compile or specialize step of this run needs torch: False where every kernel
-        is rebuilt from its recorded source, whose compiles take stand-ins for its tensors."""
-        return any(self._why_imported(kp) is not None for kp in self.kernels)
+        return compiles_need_torch(self.manifest.root, [kp.spec for kp in self.kernels])
 
     def stale_sources_note(self) -> list[str]:
         """A line for each recorded kernel whose recorded source no longer matches its installed
@@ -233,13 +231,25 @@ class Plan:
                 for kp in self.kernels if (why := self._why_imported(kp)) and "stale" in why]
 
     def _why_imported(self, kp: KernelPlan) -> str | None:
-        if not kp.spec.launch.startswith(f"{replay.__name__}:"):
-            return "not a recorded kernel"
-        return replay.why_imported(str(self.manifest.root), kp.spec.kernel)
+        return why_imported(self.manifest.root, kp.spec)
 
     @cached_property
     def toolchain(self) -> Toolchain:
         return Toolchain.installed()
+
+
+def compiles_need_torch(root: Path, specs: Sequence[KernelSpec]) -> bool:
+    """Whether a compile or specialize step of a run of ``specs`` needs torch: False where every
+    kernel is rebuilt from its recorded source, whose compiles take stand-ins for its tensors.
+    Known from the manifest alone, before the devices or the plan."""
+    return any(why_imported(root, spec) is not None for spec in specs)
+
+
+def why_imported(root: Path, spec: KernelSpec) -> str | None:
+    """Why the stages import the kernel's module, or None where they rebuild it from its recording."""
+    if not spec.launch.startswith(f"{replay.__name__}:"):
+        return "not a recorded kernel"
+    return replay.why_imported(str(root), spec.kernel)
 
 
 def build_plan(manifest: Manifest, devices: DeviceModel | Sequence[DeviceModel],

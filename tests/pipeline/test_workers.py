@@ -3,6 +3,7 @@ triton once (aot_tune.forking, aot_tune.workers.preload), and what must still ho
 the run's Triton cache and environment, recovery from a crash or a hang, the spawn fallback."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -227,6 +228,46 @@ CHECK_WORKERS = """\
     """
 
 
+STOP_AND_START_AGAIN = """\
+    if __name__ == "__main__":
+        import json, os, time
+        from multiprocessing import forkserver
+        from pathlib import Path
+        from aot_tune import forking
+        from aot_tune.workers.pools import Executors, worker_state
+        from aot_tune.bench.runner import INTERPRETER_DEVICE
+
+        assert forking.start_server()
+        first = forkserver._forkserver._forkserver_pid
+        time.sleep(0.2)  # mid-import: the server imports torch and triton for about 2 s here
+        began = time.perf_counter()
+        forking.stop_server()
+        stop_s = time.perf_counter() - began
+        try:
+            os.kill(first, 0)
+            gone = False
+        except ProcessLookupError:
+            gone = True
+        executors = Executors(INTERPRETER_DEVICE, Path("cache"), compile_jobs=1)
+        state = executors._pool().submit(worker_state).result()
+        executors.close()
+        forking.stop_server()  # a worker was forked from this one: it stays
+        print(json.dumps({"gone": gone, "stop_s": stop_s, "forked": state["forked"],
+                          "fresh": forkserver._forkserver._forkserver_pid not in (None, first)}))
+    """
+
+
+@needs_forkserver
+def test_a_server_no_worker_used_stops_at_once_and_a_later_start_is_a_fresh_one(tmp_path):
+    """A run starts the fork server before it plans; one that then finds nothing to do stops it
+    mid-import (its imports would go on after the run, holding the run's output open). A start
+    after that is a fresh server, whose forked workers work; one that forked a worker stays."""
+    proc = run_python(STOP_AND_START_AGAIN, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["gone"] and result["stop_s"] < 1.0 and result["forked"] and result["fresh"], result
+
+
 def test_workers_are_spawned_when_switched_off(tmp_path):
     proc = run_python(CHECK_WORKERS, tmp_path, AOT_TUNE_FORKSERVER="0")
     assert proc.returncode == 0, proc.stderr
@@ -318,8 +359,9 @@ def test_two_runs_at_once_each_with_its_own_workers(tmp_path):
 
 
 def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(tmp_path, monkeypatch):
-    """After a run, a no-op run starts neither compile nor device workers, nor the fork server;
-    neither does `doit list` in a tree with everything stale (run in this process, counting)."""
+    """After a run, a no-op run starts neither compile nor device workers, and stops the fork
+    server it started before planning as soon as it knows; `doit list` in a tree with everything
+    stale starts nothing (run in this process, counting)."""
     done = make_project(tmp_path / "done", RUN_MANIFEST)
     tune(done)
     fresh = make_project(tmp_path / "fresh", RUN_MANIFEST)
@@ -329,11 +371,12 @@ def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(tmp_path, monkey
     from aot_tune.bench.local.pool import DevicePool
 
     started = []
-    monkeypatch.setattr(forking, "start_server", lambda: started.append("server"))
+    monkeypatch.setattr(forking, "start_server", lambda torch=True: started.append("server"))
+    monkeypatch.setattr(forking, "stop_server", lambda: started.append("stopped"))
     monkeypatch.setattr(Executors, "start_compiles", lambda self: started.append("compiles"))
     monkeypatch.setattr(DevicePool, "start", lambda self: started.append("devices"))
     for project, args in ((done, ["tune", "--bench-backend", "interpreter"]), (fresh, ["list", "--all"])):
         monkeypatch.chdir(project)
         database = str(project / ".aot_tune" / "doit.db")  # absolute: doit closes it from the original folder
         assert DoitMain().run([args[0], "--db-file", database, *args[1:]]) == 0
-    assert started == []
+    assert started == ["server", "stopped"]  # started before the planning, stopped once it found no work
