@@ -171,7 +171,7 @@ class ManifestLoader(TaskLoader2):
     def start_fork_server(self) -> None:
         """Start the fork server before planning: its imports (torch and triton, 5-8 s on a GPU
         host's cold disk) are what every capture and compile waits for first, and the planning
-        before them (reading the recordings and caches, asking nvidia-smi for the GPUs: 0.8-1.4 s
+        before them (reading the recordings and caches, asking nvidia-smi for the GPUs: 1.3-2.0 s
         there) now runs beside them. Torch only where a compile needs it, which the manifest
         alone tells. A run that then finds nothing to do stops it (``forking.stop_server``)."""
         try:
