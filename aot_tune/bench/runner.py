@@ -125,6 +125,11 @@ INTERPRETER_DEVICE = DeviceModel(INTERPRETER, INTERPRETER, "Triton interpreter (
 STARTUP_WAITED = "waited for start-up"
 
 
+#: Configs of a running batch's shape that became ready since it last asked (none: nothing new):
+#: a device that can take them into the batch asks as it goes (``DeviceLease.measure_all``).
+MoreRequests = Callable[[], Sequence[BenchRequest]]
+
+
 class DeviceLease(Protocol):
     """A device held by one bench task until its lease ends: the task's configs run there."""
 
@@ -145,7 +150,7 @@ class DeviceLease(Protocol):
         """Wait until the device's worker is up, so its start-up is no measurement's time."""
 
     def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float,
-                    more: Callable[[], Sequence[BenchRequest]] | None = None) -> Iterable[ConfigMeasurement]:
+                    more: MoreRequests | None = None) -> Iterable[ConfigMeasurement]:
         """One result per request, in any order. A config that kills the worker or runs past
         ``timeout_s`` in one step is recorded as crashed or timed out, never raised. ``more``:
         configs of the same shape that became ready meanwhile, which a device that can take them

@@ -170,15 +170,16 @@ class Benches:
                 requests, tail = requests + tail, []
             return requests
 
-        looked = [-1]  # the run's compile landings when ``more`` last looked
+        looked = -1  # the run's compile landings when ``more`` last looked
 
         def more() -> list[BenchRequest]:
             """What landed since the last look, asked after each result of a running batch: the
             scan of the pending configs only where a compile finished meanwhile."""
+            nonlocal looked
             landings = self.compiles.claims.landings
-            if not left or landings == looked[0]:
+            if not left or landings == looked:
                 return []
-            looked[0] = landings
+            looked = landings
             return take(set())
 
         while True:
@@ -191,7 +192,7 @@ class Benches:
             # may wait for the device (the configs that land meanwhile join this batch), which
             # builds this shape's inputs meanwhile if it is busy with another one
             hold.lease(upcoming=self.request(kp, unit, wave[0], kp.spec.bench, device))
-            looked[0] = self.compiles.claims.landings  # read before take() looks: none is missed
+            looked = self.compiles.claims.landings  # read before take() looks: none is missed
             requests = take({c.id for c in wave})
             if not requests:
                 continue

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-from aot_tune.bench.runner import STARTUP_WAITED, BenchRequest, ConfigMeasurement
+from aot_tune.bench.runner import STARTUP_WAITED, BenchRequest, ConfigMeasurement, MoreRequests
 from aot_tune.manifest import BenchSettings
 from aot_tune.tuning_schema import TuningRecord
 
@@ -216,7 +216,7 @@ class DeviceHold:
             self._since = time.perf_counter()
         return self._lease
 
-    def measure_all(self, requests, timeout_s: float, more: Callable[[], Sequence[BenchRequest]] | None = None
+    def measure_all(self, requests, timeout_s: float, more: MoreRequests | None = None
                     ) -> list:
         """One batch on the device, taken now if not held (its results, all read, with those of
         the configs ``more`` added to it as it ran: ``DeviceLease.measure_all``)."""
@@ -276,7 +276,7 @@ def bench_timeout(settings: BenchSettings, backend: str, previous: TuningRecord 
 
 
 def measure_batch(hold: DeviceHold, requests: list[BenchRequest], timeout_s: float,
-                  more: Callable[[], Sequence[BenchRequest]] | None = None
+                  more: MoreRequests | None = None
                   ) -> tuple[list[ConfigMeasurement], dict[str, float]]:
     """Measure ``requests`` on the held device as one pipelined batch, with the configs ``more``
     adds while it runs: the measurements, and each one's share of the batch's wall seconds (from

@@ -33,9 +33,9 @@ import uuid
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
-from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, Runner
+from aot_tune.bench.runner import BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, MoreRequests, Runner
 from aot_tune.bench.seats import Seats
 from aot_tune.runtime.devices import INTERPRETER
 from aot_tune.errors import BenchUnavailable, TuneError, program
@@ -360,7 +360,7 @@ class ClusterLease(DeviceLease):
         return self._info
 
     def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float,
-                    more: Callable[[], Sequence[BenchRequest]] | None = None) -> list[ConfigMeasurement]:
+                    more: MoreRequests | None = None) -> list[ConfigMeasurement]:
         """The batch as one task on the cluster; ``more`` is not asked (a batch is shipped whole)."""
         first = requests[0] if requests else None
         label = f"{first.kernel} {first.dtype} {'x'.join(str(v) for _, v in first.shape)}" if first else "device"

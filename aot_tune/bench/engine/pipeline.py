@@ -37,7 +37,7 @@ from aot_tune.bench.engine.check import CHECK_SETS, Comparison
 from aot_tune.bench.engine.timing import MIN_SAMPLES, ConfigTiming, runtime_error
 from aot_tune.bench.engine.workload import Workload
 from aot_tune.bench.nvml import GpuClocks
-from aot_tune.bench.runner import BenchRequest, BenchSettings, ConfigMeasurement
+from aot_tune.bench.runner import BenchRequest, BenchSettings, ConfigMeasurement, MoreRequests
 
 #: Idle GPU work queued before a check when less than this is queued (``torch.cuda._sleep``),
 #: so the check's event pair times the kernel rather than the host issuing it (about 0.1 ms of
@@ -72,8 +72,6 @@ INTERPRETER_MAX_RUNS = 3
 
 #: (configs with work on the device now, phase): said before each step that may crash or hang.
 Announce = Callable[[tuple[str, ...], str], None]
-#: Requests of the pass's shape that arrived since it last asked (none: nothing new).
-More = Callable[[], Sequence[BenchRequest]]
 
 
 def _no_more() -> Sequence[BenchRequest]:
@@ -83,7 +81,7 @@ def _no_more() -> Sequence[BenchRequest]:
 def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backend: str, l2_bytes: int = 0,
                     clocks: GpuClocks | None = None, announce: Announce | None = None,
                     seconds: Counter[str] | None = None,
-                    prepare: Callable[[], None] | None = None, more: More = _no_more) -> Iterator[ConfigMeasurement]:
+                    prepare: Callable[[], None] | None = None, more: MoreRequests = _no_more) -> Iterator[ConfigMeasurement]:
     """Check and time configs of one (kernel, shape, dtype), yielding each result when it is
     complete (on a GPU, as one pipelined pass; see the module doc). Never raises for a kernel
     fault: it becomes the config's result. ``seconds`` gets the host seconds of the pass's
@@ -111,7 +109,7 @@ def measure_configs(requests: Sequence[BenchRequest], workload: Workload, backen
         yield from run.measure(list(requests), more)
 
 
-def _growing(queue: list[BenchRequest], more: More) -> Iterator[BenchRequest]:
+def _growing(queue: list[BenchRequest], more: MoreRequests) -> Iterator[BenchRequest]:
     """``queue``'s requests in order, with what ``more`` adds appended to it (asked before each
     one and at the end): a pass's load finds the kernels of the configs after the current one."""
     position = 0
@@ -196,7 +194,7 @@ class _Pass:
             return None, [runtime_error(request, failure) for request in requests]
         return kernels, []
 
-    def measure(self, requests: list[BenchRequest], more: More = _no_more) -> Iterator[ConfigMeasurement]:
+    def measure(self, requests: list[BenchRequest], more: MoreRequests = _no_more) -> Iterator[ConfigMeasurement]:
         """``requests`` and those ``more`` adds as the pass goes (appended to ``requests``)."""
         requests.extend(more())
         if not requests:

@@ -23,11 +23,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from aot_tune import forking
 from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, DeviceModel,
-                                   MeasurementStatus, Runner)
+                                   MeasurementStatus, MoreRequests, Runner)
 from aot_tune.bench.local.worker import worker_main
 from aot_tune.bench.seats import Seats
 
@@ -76,7 +76,7 @@ class LocalLease(DeviceLease):
         return result
 
     def measure_all(self, requests: Sequence[BenchRequest], timeout_s: float,
-                    more: Callable[[], Sequence[BenchRequest]] | None = None) -> Iterator[ConfigMeasurement]:
+                    more: MoreRequests | None = None) -> Iterator[ConfigMeasurement]:
         """One result per request, as each completes (not in request order; iterate to the end,
         the worker's last message is read then). ``more`` is asked after each result for configs
         of the same shape to add to the running batch (their results follow too; if it raises,
@@ -137,7 +137,7 @@ class LocalLease(DeviceLease):
         return False
 
     def _exchange(self, batch: list[BenchRequest], timeout_s: float,
-                  more: Callable[[], Sequence[BenchRequest]] | None, sent: list[BenchRequest],
+                  more: MoreRequests | None, sent: list[BenchRequest],
                   more_failed: list[Exception]) -> Iterator:
         """The worker's results for a batch and for what ``more`` added to it (appended to
         ``sent``), then stop; or, when it died, stopped answering or lost its CUDA context, the
