@@ -92,7 +92,9 @@ def stop_server() -> None:
         if not _server_started or _method is not None:
             return
         _server_started = False
-        server = forkserver._forkserver  # the process's one server, as set_forkserver_preload sets it
+        # multiprocessing keeps the process's one server here and has no public way to stop it
+        # (its own tests use ``_stop``); another Python without them leaves the server running
+        server = getattr(forkserver, "_forkserver", None)
         pid = getattr(server, "_forkserver_pid", None)
         if pid is None:
             return
