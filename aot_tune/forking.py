@@ -80,6 +80,13 @@ def start_server(torch: bool = True) -> bool:
     return True
 
 
+def importing_torch() -> bool:
+    """Whether the fork server was started to import torch and no worker was forked from it yet:
+    it may be seconds from its first fork (torch, torch._dynamo and sympy: 10.5-12.9 s on an H200
+    host, warm or cold)."""
+    return _server_started and _method is None and os.environ.get(TORCH_ENV, "1") != "0"
+
+
 def stop_server() -> None:
     """Stop a fork server that no worker has used yet, at once (a run that found nothing to do
     after starting it early, or whose planning failed): its imports would otherwise go on for

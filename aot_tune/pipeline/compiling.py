@@ -99,7 +99,8 @@ class Compiles:
         start, began = time.perf_counter(), time.time()
         self.stragglers.compile_started(unit.name)
         stats.progress["compile"].start(unit.name)
-        result = self.executors.compile(request, unit.config.id, may_win=lambda: self._may_win(kp, unit))
+        result = self.executors.compile(request, unit.config.id, may_win=lambda: self._may_win(kp, unit),
+                                        lost=lambda: self._lost(kp, unit))
         self.stragglers.compile_ended(unit.name, spec.name, unit.target, result.seconds if result.valid else None)
         stats.seconds["compile"] += time.perf_counter() - start
         stats.seconds["compiling"] += result.seconds  # the compiles themselves, without the workers' start-up
@@ -120,10 +121,28 @@ class Compiles:
         """Whether an exhaustive bench of this run may still pick this compile's config; None when
         none uses the compile (another GPU target, a dtype only GPUs measure; a budgeted search
         judges no straggler: it waits for the compiles of the configs it asks to measure)."""
-        benches = [b for launch in unit.launches for b in kp.benches_for(launch)
-                   if b.search.exhaustive and unit.target in kp.bench_targets(self.plan.device_of(b))
-                   and self.staleness.measures(kp, b, unit.config)]
+        benches = [b for b in self._exhaustive_benches(kp, unit) if self.staleness.measures(kp, b, unit.config)]
         return any(self.stragglers.may_still_pick(b.name, unit.config.id) for b in benches) if benches else None
+
+    def _lost(self, kp: KernelPlan, unit: CompileUnit) -> bool:
+        """Whether the benches of this run that needed this compile's config all gave it up as a
+        straggler that cannot win: nothing will read the compile, so it is abandoned now. A bench
+        that still has the config to measure (waiting for it, or failed before it judged it:
+        its next run needs it) keeps it; one that measured it in an earlier run has no say."""
+        gave_up = False
+        for bench in self._exhaustive_benches(kp, unit):
+            if self.stragglers.gave_up(bench.name, unit.config.id):
+                gave_up = True
+            elif self.staleness.measures(kp, bench, unit.config):
+                return False
+        return gave_up
+
+    def _exhaustive_benches(self, kp: KernelPlan, unit: CompileUnit) -> list:
+        """The exhaustive benches of this run's plan on this compile's target that use its launches
+        (a bench's record, once written, holds a given-up config: ``staleness.measures`` is then
+        False for it)."""
+        return [b for launch in unit.launches for b in kp.benches_for(launch)
+                if b.search.exhaustive and unit.target in kp.bench_targets(self.plan.device_of(b))]
 
     def landed(self, unit: CompileUnit) -> bool:
         """A compile claimed in this run has landed when its claimant finished; only an unclaimed

@@ -166,13 +166,16 @@ class Executors:
         _kill(broken)
 
     def compile(self, request: CompileRequest, config_id: str,
-                may_win: Callable[[], bool | None] = lambda: None) -> CompileResult:
+                may_win: Callable[[], bool | None] = lambda: None,
+                lost: Callable[[], bool] = lambda: False) -> CompileResult:
         """Compile in the pool; a worker crash or hang becomes a typed result, and the pool is
         renewed. ``may_win``: whether a bench of this run may still pick the config (None: no
-        bench uses this compile), asked before the deadline gives the compile up."""
+        bench uses this compile), asked before the deadline gives the compile up; ``lost``:
+        whether every bench that uses it gave it up, asked about once a second as it runs (it is
+        then given up at once, deadline or not)."""
         pool = self._pool()
         try:
-            return self._await(pool.submit(compile_config, request, config_id), request, config_id, may_win)
+            return self._await(pool.submit(compile_config, request, config_id), request, config_id, may_win, lost)
         except cf.TimeoutError:
             self._replace_pool(pool)
             return self._timed_out(request, config_id)
@@ -190,11 +193,12 @@ class Executors:
             _kill(alone)
 
     def _await(self, future: cf.Future, request: CompileRequest, config_id: str,
-               may_win: Callable[[], bool | None]) -> CompileResult:
+               may_win: Callable[[], bool | None], lost: Callable[[], bool] = lambda: False) -> CompileResult:
         """The compile's result, or ``timeout`` once it has run past the batch's deadline and no
-        bench may still pick it (``may_win``): the compile is abandoned (its worker finishes it,
-        unread; the pool is killed at close), so the tasks waiting on it go on. While a bench
-        may still pick it, it runs on. ``cf.TimeoutError`` past the absolute limit."""
+        bench may still pick it (``may_win``), or as soon as every bench that uses it gave it up
+        (``lost``): the compile is abandoned (its worker finishes it, unread; the pool is killed
+        at close), so the tasks waiting on it go on and the run does not wait for it. While a
+        bench may still pick it, it runs on. ``cf.TimeoutError`` past the absolute limit."""
         peers = self._peer_seconds[(request.kernel, request.target)]
         began = None
         while True:
@@ -207,6 +211,12 @@ class Executors:
                 wait_s = (max(0.05, min(1.0, limit - waited)) if waited < limit else 1.0) if began else 0.2
                 result = future.result(timeout=wait_s)
             except cf.TimeoutError:
+                if began is not None and lost():
+                    self._abandoned += 1
+                    return CompileResult(request.kernel, config_id, request.target, status="timeout",
+                                         seconds=time.monotonic() - began,
+                                         message=f"given up after {time.monotonic() - began:.0f} s: every bench of "
+                                                 f"this run that uses it judged it a straggler that cannot win")
                 if began is None or time.monotonic() - began < limit:
                     continue
                 if limit >= self.compile_timeout_s:

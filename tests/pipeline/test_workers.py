@@ -181,6 +181,28 @@ def test_the_deadline_gives_up_only_a_compile_no_bench_may_still_pick(tmp_path):
         executors.close()
 
 
+def test_a_compile_every_bench_gave_up_is_abandoned_before_the_deadline(tmp_path):
+    """Once every bench that uses it has given a straggler up, nothing reads its compile: it is
+    given up at the next look (about once a second), long before the deadline, says why, and
+    closing does not wait for it."""
+    root = crashing_project(tmp_path / "project")
+    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2, compile_timeout_s=60)
+    try:
+        executors.start_compiles()
+        assert executors.compile(crashy_request(root, 64), "64").valid
+        looks = []
+        began = time.monotonic()
+        dropped = executors.compile(crashy_request(root, 2), "lost", may_win=lambda: True,
+                                    lost=lambda: looks.append(time.monotonic() - began) or len(looks) >= 3)
+        assert dropped.status == "timeout" and dropped.message.startswith("given up after ")
+        assert dropped.message.endswith("every bench of this run that uses it judged it a straggler that cannot win")
+        assert len(looks) == 3 and time.monotonic() - began < 10 and dropped.seconds < 10
+    finally:
+        began = time.monotonic()
+        executors.close()
+        assert time.monotonic() - began < 30
+
+
 def test_a_crash_or_a_hang_renews_the_compile_pool(tmp_path):
     """A worker that dies (twice: the config is retried once, alone on a worker of its own) is
     recorded as crashed, one that hangs as timeout; each time the pool is replaced, and the next
@@ -329,6 +351,30 @@ def test_a_gpu_worker_is_forked_only_if_the_fork_server_left_the_cuda_driver_uni
         assert "spawning" not in proc.stderr, proc.stderr
     else:
         assert f"spawning cuda device workers: libcuda.so in the fork server: {driver}" in proc.stderr
+
+
+def test_a_gpu_worker_asked_for_while_the_server_imports_torch_is_spawned(monkeypatch):
+    """A run's first GPU worker is asked for with the captures, while a server started for torch
+    still imports (10-13 s on a GPU host): it is spawned and imports torch beside it. A server of
+    Triton alone, or one a worker was forked from already, forks it."""
+    from aot_tune.bench.local.pool import DevicePool
+
+    forked = object()
+    monkeypatch.setattr(forking, "context", lambda: forked)
+    monkeypatch.setattr(forking, "_server_started", True)
+    monkeypatch.setattr(forking, "_method", None)
+    monkeypatch.setenv(forking.TORCH_ENV, "1")
+    gpu, cpu = DevicePool("cuda", 1, "cache"), DevicePool("interpreter", 1, "cache")
+    assert forking.importing_torch() and gpu._fresh_context().get_start_method() == "spawn"
+    assert cpu._fresh_context() is forked  # a GPU worker only (the interpreter's are always spawned)
+    monkeypatch.setenv(forking.TORCH_ENV, "0")
+    assert not forking.importing_torch() and gpu._fresh_context() is forked
+    monkeypatch.setenv(forking.TORCH_ENV, "1")
+    monkeypatch.setattr(forking, "_method", "forkserver")
+    assert not forking.importing_torch() and gpu._fresh_context() is forked
+    monkeypatch.setattr(forking, "_method", None)
+    monkeypatch.setattr(forking, "_server_started", False)
+    assert not forking.importing_torch() and gpu._fresh_context() is forked
 
 
 # -- in a run --------------------------------------------------------------------------------------

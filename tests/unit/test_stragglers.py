@@ -76,5 +76,40 @@ def test_a_waiting_bench_gives_up_only_stragglers_that_cannot_win_and_the_deadli
     assert list(judge.given_up) == [losing.id] and judge.given_up[losing.id].startswith("compile still running after 10 s")
     assert judge.give_up([winning, queued]) == []  # judged again only after LOOK_EVERY_S
     assert not stragglers.may_still_pick(bench.name, losing.id) and stragglers.may_still_pick(bench.name, winning.id)
+    assert stragglers.gave_up(bench.name, losing.id) and not stragglers.gave_up(bench.name, winning.id)
+    assert not stragglers.gave_up("bench:k:h100:float16:2048", losing.id)
     stragglers.finished(bench.name)
     assert not stragglers.may_still_pick(bench.name, winning.id) and stragglers.given_up == 1
+    assert not stragglers.gave_up(bench.name, winning.id)  # finished without judging it: nothing given up
+
+
+def test_a_compile_is_lost_once_the_benches_that_needed_it_gave_it_up_even_after_they_finished():
+    """The compile stage's view (``Compiles._lost``): a bench's written record holds the config
+    it gave up, so it no longer measures it; it still counts as having given it up. A bench that
+    still has the config to measure (running, or failed before it judged it) keeps the compile,
+    and one that measured it in an earlier run has no say."""
+    from aot_tune.pipeline.compiling import Compiles
+
+    straggler = config(256, 1)
+    benches = [SimpleNamespace(name=f"bench:k:h100:float16:{m}", device="h100",
+                               search=SimpleNamespace(exhaustive=True)) for m in (1024, 2048, 4096)]
+    measures = {b.name: True for b in benches}
+    kp = SimpleNamespace(benches_for=lambda launch: benches, bench_targets=lambda device: ("sm90",))
+    compiles = Compiles.__new__(Compiles)
+    compiles.plan = SimpleNamespace(device_of=lambda bench: "h100")
+    compiles.staleness = SimpleNamespace(measures=lambda kp, bench, config: measures[bench.name])
+    compiles.stragglers = Stragglers()
+    unit = SimpleNamespace(launches=[("shape", "float16")], target="sm90", config=straggler)
+    assert not compiles._lost(kp, unit) and compiles._may_win(kp, unit)
+    measures[benches[2].name] = False  # measured in an earlier run: no say
+    compiles.stragglers.give_up(benches[0].name, straggler.id)
+    compiles.stragglers.finished(benches[0].name)
+    measures[benches[0].name] = False  # its record now holds the config, given up
+    assert not compiles._lost(kp, unit)  # the second bench still waits for it
+    compiles.stragglers.give_up(benches[1].name, straggler.id)
+    assert compiles._lost(kp, unit) and compiles._may_win(kp, unit) is False
+    compiles.stragglers.finished(benches[1].name)
+    measures[benches[1].name] = False
+    assert compiles._lost(kp, unit) and compiles._may_win(kp, unit) is None  # all written: the deadline's case
+    compiles.stragglers = Stragglers()  # a run in which no bench judged it
+    assert not compiles._lost(kp, unit)

@@ -8,6 +8,8 @@ hangs is killed and replaced; the config it was running is recorded as crashed o
 A GPU worker is forked from the fork server the compile workers come from (aot_tune.forking),
 which imported torch and triton once and never initialized CUDA: it initializes CUDA itself,
 after the fork, and starts in about the time CUDA takes instead of importing for seconds first.
+One asked for while the server is still importing torch (a run's first, started with its
+captures) is spawned instead, and imports torch alone beside the server.
 It checks first that nothing in the server initialized the CUDA driver (a CUDA build of torch
 loads the driver's library when imported; loaded is fine, initialized is not); if something did,
 it says so and the pool spawns its workers instead. The interpreter's worker is always spawned: Triton
@@ -265,7 +267,7 @@ class DevicePool(Runner):
             return worker
 
     def _start(self, index: int) -> _Worker:
-        context = self._context or forking.context()
+        context = self._context or self._fresh_context()
         parent, child = context.Pipe()
         process = context.Process(
             target=worker_main, args=(child, self.backend, index, self.triton_cache_dir, forking.environment(),
@@ -294,6 +296,16 @@ class DevicePool(Runner):
             self._context = multiprocessing.get_context("spawn")
             return self._start(index)
         return _Worker(process, parent, info)
+
+    def _fresh_context(self):
+        """The fork server's context, or spawn for a GPU worker asked for while the server still
+        imports torch: spawned, it imports torch alone and is up (CUDA included) while the server
+        imports on, where a forked one would start its CUDA only after all of the server's imports
+        (the first bench of a cold GEMM tune on an H200 host waited 2.1 s for it). A server of
+        Triton alone (every kernel rebuilt from its recording) forks sooner than a spawn imports."""
+        if self.backend == "cuda" and forking.importing_torch():
+            return multiprocessing.get_context("spawn")
+        return forking.context()
 
     def discard(self, index: int) -> None:
         self.seats.forget(index)  # a fresh worker holds no shape
