@@ -265,8 +265,11 @@ def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],
         # device workers start with the captures and import the kernel modules as the compile workers
         # do (aot_tune.pipeline.session): from the compiles' start, they wait only for the rest
         device_wait = max(0.0, calibration.device_startup() - calibration.startup())
-    elif result.bench_seconds:  # the device workers wait for the fork server's imports first
-        result.startup_s = calibration.startup() + calibration.device_startup() + result.import_s
+    elif result.bench_seconds:
+        # GPU workers fork from a server of Triton alone once it is up; beside a server importing
+        # torch they are spawned and import on their own, as the interpreter's always are
+        forked = calibration.backend == "cuda" and calibration.light
+        result.startup_s = (calibration.startup() if forked else 0.0) + calibration.device_startup() + result.import_s
         device_wait = 0.0
     else:
         return
