@@ -82,8 +82,8 @@ def start_server(torch: bool = True) -> bool:
 
 def importing_torch() -> bool:
     """Whether the fork server was started to import torch and no worker was forked from it yet:
-    it may be seconds from its first fork (torch, torch._dynamo and sympy: 10.5-12.9 s on an H200
-    host, warm or cold)."""
+    it may be seconds from its first fork (torch, torch._dynamo and sympy: 8-13 s on H200 hosts,
+    warm or cold)."""
     return _server_started and _method is None and os.environ.get(TORCH_ENV, "1") != "0"
 
 

@@ -25,8 +25,9 @@ from aot_tune.runs.progress import eprint
 
 #: Defaults where no earlier run calibrates them, by backend. Start-up: the fork server's imports
 #: took about 3 s on a 2-core CPU and 8-14 s on H100 and H200 hosts. Device workers, from when
-#: they are asked for with the captures: spawned beside a server that imports torch (aot_tune.bench.local.pool),
-#: 6.0-6.3 s on an H200 host whose server took 8 s, and about 2 s for the interpreter's.
+#: they are asked for with the captures: spawned beside a server that imports torch
+#: (aot_tune.bench.local.pool), 6.0-6.3 s on an H200 host whose server took 8 s; the
+#: interpreter's, always spawned, about 2 s.
 DEFAULT_STARTUP_S = {"cuda": 10.0, "interpreter": 4.0}
 DEFAULT_DEVICE_STARTUP_S = {"cuda": 7.0, "interpreter": 2.0}
 #: The same for a run whose compiles need no torch (every kernel rebuilt from its recorded source:
