@@ -7,7 +7,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from tunerun import make_project, tune
+from tunerun import executed, make_project, tune
 
 #: A kernel whose compile grows with A * B (the loop is unrolled) and whose launch, as the bench
 #: times it, takes A * B * 0.2 ms: the configs with both at 64 compile for minutes, and a fit of
@@ -75,7 +75,8 @@ kernels:
 def test_a_run_does_not_wait_for_the_straggler_compiles_its_benches_gave_up(tmp_path):
     """The two configs with A = B = 64 compile far longer than the others and are predicted to
     lose: the bench gives them up and finishes, and their compiles are given up at once (within
-    a second or so), not at the 20 s deadline, so the run ends long before either compile would."""
+    a second or so), not at the 20 s deadline, so the run ends long before either compile would.
+    They stay recorded: the next run has nothing to do."""
     project = make_project(tmp_path / "project", MANIFEST)
     (project / "kernels" / "spin.py").write_text(SPIN)
     began = time.monotonic()
@@ -92,6 +93,8 @@ def test_a_run_does_not_wait_for_the_straggler_compiles_its_benches_gave_up(tmp_
         assert message.startswith("given up after ") and "judged it a straggler that cannot win" in message, message
         assert record["seconds"] < 15
     assert wall < 120
+    again = tune(project)  # the given-up compiles stay recorded: nothing is compiled or measured again
+    assert executed(again) == [], again.stdout
 
 
 def _compile_record(path: Path) -> dict | None:
