@@ -227,6 +227,30 @@ def test_device_workers_are_forks_of_the_fork_server(tmp_path):
     assert torch.cuda.get_device_name(0) in out.stdout
 
 
+def test_a_device_worker_asked_for_while_the_server_imports_torch_is_spawned_and_opens_its_gpu(tmp_path):
+    """A run asks for its GPU workers with its captures, while a fork server started for torch
+    still imports: the first is spawned (it imports torch beside the server, not after it), opens
+    its GPU, and is up before the server forks anything."""
+    code = textwrap.dedent("""
+        from aot_tune import forking
+        from aot_tune.bench.local.pool import DevicePool
+        forking.start_server(torch=True)
+        assert forking.importing_torch()
+        pool = DevicePool("cuda", 1, "triton-cache")
+        try:
+            worker = pool.worker(0)
+            print(type(worker.process).__name__, worker.info.name, forking.importing_torch())
+        finally:
+            pool.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env=subprocess_env(), timeout=300)
+    assert out.returncode == 0, out.stderr
+    kind, *name, still_importing = out.stdout.split()
+    assert kind == "SpawnProcess" and " ".join(name) == torch.cuda.get_device_name(0), out.stdout
+    assert still_importing == "True"  # nothing was forked from the server meanwhile
+
+
 def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_path):
     manifest = MANIFEST.replace("  bench: {warmup_ms: 2, rep_ms: 5}", "  bench: {warmup_ms: 2, rep_ms: 18}\n"
                                 "  search: {strategy: successive_halving, budget: {configs: 9}}")
