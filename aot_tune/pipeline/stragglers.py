@@ -12,10 +12,11 @@ then records it as given up (``invalid``: never picked) and finishes without wai
 The compile deadline (aot_tune.build.deadline) asks the same bookkeeping before it gives a
 compile up: while a bench that needs it may still pick it, the compile runs on (up to the
 absolute compile limit); once none may, it is given up. A compile that every bench needing it
-has given up is abandoned at once, deadline or not: the run would otherwise wait for it to
-end, unread (two GEMM compiles of the paper's space held a run 6.2 s past its last bench,
-until the 20 s deadline). A compile no bench of this run needs (another GPU target, a dtype
-only GPUs measure) has no measurements to judge it by: the deadline gives it up as before.
+has given up is abandoned at once, before the deadline (with the deadline off, it runs on): the
+run would otherwise wait for it to end, unread (two GEMM compiles of the paper's space held a
+run 6.2 s past its last bench, until the 20 s deadline). A compile no bench of this run needs
+(another GPU target, a dtype only GPUs measure) has no measurements to judge it by: the
+deadline gives it up as before.
 """
 from __future__ import annotations
 

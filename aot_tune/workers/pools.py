@@ -172,7 +172,7 @@ class Executors:
         renewed. ``may_win``: whether a bench of this run may still pick the config (None: no
         bench uses this compile), asked before the deadline gives the compile up; ``lost``:
         whether every bench that uses it gave it up, asked about once a second as it runs (it is
-        then given up at once, deadline or not)."""
+        then given up at once, before the deadline; with the deadline off, never)."""
         pool = self._pool()
         try:
             return self._await(pool.submit(compile_config, request, config_id), request, config_id, may_win, lost)
@@ -211,7 +211,7 @@ class Executors:
                 wait_s = (max(0.05, min(1.0, limit - waited)) if waited < limit else 1.0) if began else 0.2
                 result = future.result(timeout=wait_s)
             except cf.TimeoutError:
-                if began is not None and lost():
+                if began is not None and self.deadline.factor > 0 and lost():  # --compile-deadline 0: wait
                     self._abandoned += 1
                     return CompileResult(request.kernel, config_id, request.target, status="timeout",
                                          seconds=time.monotonic() - began,

@@ -203,6 +203,23 @@ def test_a_compile_every_bench_gave_up_is_abandoned_before_the_deadline(tmp_path
         assert time.monotonic() - began < 30
 
 
+def test_with_the_deadline_off_a_compile_every_bench_gave_up_runs_to_its_end(tmp_path):
+    """``--compile-deadline 0`` waits for every compile: one the benches gave up is not asked
+    about, and runs on (here, a hang, until the absolute limit)."""
+    from aot_tune.build.deadline import CompileDeadline
+
+    root = crashing_project(tmp_path / "project")
+    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2, compile_timeout_s=4,
+                          deadline=CompileDeadline(factor=0))
+    try:
+        executors.start_compiles()
+        looks = []
+        kept = executors.compile(crashy_request(root, 2), "lost", lost=lambda: looks.append(1) or True)
+        assert (kept.status, kept.message, looks) == ("timeout", "compile exceeded 4 s", [])
+    finally:
+        executors.close()
+
+
 def test_a_crash_or_a_hang_renews_the_compile_pool(tmp_path):
     """A worker that dies (twice: the config is retried once, alone on a worker of its own) is
     recorded as crashed, one that hangs as timeout; each time the pool is replaced, and the next
