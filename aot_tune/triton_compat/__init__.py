@@ -24,18 +24,17 @@ from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, Shar
                                            target_driver, triton_driver_created,
                                            versions)
 from aot_tune.triton_compat.stages import StageLog, ttgir_shared_lower_bound, watched_stages
-from aot_tune.triton_compat.warm import (hash_installation, hash_kernel_source, import_first_launch_modules, installation_identity,
-                                         jit_with_compile_path, load_cached_kernel, prepare_runtime, start_specializer, triton_release,
-                                         warm_start_applies, warm_start_key, wrap_jit_compile)
+from aot_tune.triton_compat.warm import (hash_kernel_source, installation_identity,
+                                         jit_with_compile_path, load_cached_kernel, prepare_runtime, triton_release,
+                                         warm_first_lookup, warm_start_applies, warm_start_key, wrap_jit_compile)
 
 __all__ = ["AUTOTUNER", "autotuner_configs", "autotuners_refused", "builds_launchers", "cache_entry_folder", "CacheHitCounter",
            "capture_specializations", "CapturedCompile", "compile_error_kind", "compile_instead_of_launch",
-           "cuobjdump_path", "find_instead_of_launch", "hash_installation", "hash_kernel_source", "HEURISTICS", "heuristics_over",
-           "import_first_launch_modules", "install_cache_entry", "installation_identity", "jit_function",
+           "cuobjdump_path", "find_instead_of_launch", "hash_kernel_source", "HEURISTICS", "heuristics_over",
+           "install_cache_entry", "installation_identity", "jit_function",
            "jit_with_compile_path", "layer_kind", "load_cached_kernel", "load_found", "pack_cache_entry",
            "parse_target", "pin_environment", "PINNED_ENV", "prebuild_launcher", "prepare_runtime", "resource_usage", "ResourceUsage",
            "shared_memory_limit", "SHARED_MEMORY_LIMIT", "SharedMemoryExceeded", "Specialization", "StageLog",
-           "start_specializer",
            "target_driver", "triton_cache_dir", "triton_driver_created", "triton_release",
-           "ttgir_shared_lower_bound", "versions", "warm_start_applies", "warm_start_key", "watched_stages",
+           "ttgir_shared_lower_bound", "versions", "warm_first_lookup", "warm_start_applies", "warm_start_key", "watched_stages",
            "wrap_jit_compile"]

@@ -192,6 +192,18 @@ def import_first_launch_modules() -> None:
             pass
 
 
+def warm_first_lookup() -> None:
+    """Triton's one-time host work before a process's first kernel lookup, done now: its hash of
+    its installation, the modules its specializer imports, and the specializer's first call. The
+    fork server does it for the workers forked from it; a spawned GPU worker does it itself."""
+    hash_installation()
+    # Also what aot_tune.runtime.warm_start imports on a thread when a decorated kernel is
+    # imported: a worker that launches right after would import them on two threads at once
+    # (Python can then report an import deadlock).
+    import_first_launch_modules()
+    start_specializer()  # without torch imported, what it imports (torch, on triton 3.6)
+
+
 def prepare_runtime() -> None:
     """Do Triton's one-time set-up of its first launch now: the modules its specializer imports
     and its driver (``create_driver``), so that the first launch does not wait for them."""

@@ -79,12 +79,7 @@ def _preload() -> None:
         (a / 2, a * a, a @ a, a.float() + b, torch.zeros_like(a), a.stride(), a.data_ptr())
     import triton  # noqa: F401
 
-    triton_compat.hash_installation()
-    # The modules Triton's first launch imports. Also what aot_tune.runtime.warm_start imports on a
-    # thread when a decorated kernel is imported: a worker that launches right after would import
-    # them on two threads at once (Python can then report an import deadlock).
-    triton_compat.import_first_launch_modules()
-    triton_compat.start_specializer()  # without torch here, what it imports (torch, on triton 3.6)
+    triton_compat.warm_first_lookup()
     import aot_tune.bench.engine.pipeline  # noqa: F401
     import aot_tune.bench.local.worker  # noqa: F401
     import aot_tune.build.compile  # noqa: F401

@@ -62,10 +62,7 @@ def worker_main(conn: Connection, backend: str, device_index: int, triton_cache_
 
     info, device, clocks = _open_device(backend, device_index)
     if backend == "cuda" and not forking.forked_from_server():
-        # what a forked worker inherits from the server's preload, for its first kernel lookup
-        triton_compat.hash_installation()
-        triton_compat.import_first_launch_modules()
-        triton_compat.start_specializer()
+        triton_compat.warm_first_lookup()  # what a forked worker inherits from the server's preload
     import_ahead(imports)  # before the worker says it is up
     conn.send(info)
     counter = triton_compat.CacheHitCounter()
