@@ -101,3 +101,28 @@ def test_every_phase_runs_under_the_interpreter(tmp_path):
     for heading in ("## 1. doit tune, clean tree", "## 2. doit tune again", "## 3. @triton.autotune",
                     "## 4. picks re-timed", "## targets"):
         assert heading in proc.stdout
+
+
+def test_a_pick_both_sides_share_is_timed_as_one_kernel(tmp_path):
+    """Two timings of one kernel differ by noise (10% on a 7 µs GEMM on an H200): a shared pick
+    is timed once and its ratio is exactly 1, a different pick is timed beside it."""
+    same = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    other = {**same, "BLOCK_K": 32}
+    spec = {"cache_dir": str(tmp_path / "cache"), "interpreter": True, "repeats": 2,
+            "result": str(tmp_path / "retime.json"),
+            "shapes": [{"shape": [16, 16, 32], "ours": same, "triton": dict(same), "default": other,
+                        "repo_table": None},
+                       {"shape": [16, 16, 32], "ours": same, "triton": other, "default": other,
+                        "repo_table": None}]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, "-m", TOOL, "--internal-retime", str(tmp_path / "spec.json")],
+                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shared, differs = json.loads((tmp_path / "retime.json").read_text())["shapes"]
+    assert shared["ms"]["ours"] == shared["ms"]["triton"] and shared["samples"]["triton"] == shared["samples"]["ours"]
+    assert len(shared["samples"]["ours"]) == 2 and shared["configs"]["triton"] == same
+    assert len(differs["samples"]["ours"]) == len(differs["samples"]["triton"]) == 2
+    assert differs["configs"]["triton"] == other
+    summary = importlib.import_module(TOOL).summarize_retime({"shapes": [shared, differs]}, "NVIDIA H200")
+    assert summary["rows"][0]["quality"] == 1.0 and summary["rows"][0]["same_config"]
+    assert not summary["rows"][1]["same_config"]

@@ -17,8 +17,9 @@ its numbers (and saves them with ``--out``) as it ends, so a run cut short keeps
    lower bound.
 4. re-time: a fresh process, in phase 1's Triton cache (both sides' picks are compiled there),
    times both picks of each shape interleaved (ours, Triton's, Triton's, ours, ...) with
-   ``triton.testing.do_bench`` exactly as the autotuner calls it, checks both outputs against
-   torch.matmul, and times the tuned pick against the kernel's default config (tuning.yaml),
+   ``triton.testing.do_bench`` exactly as the autotuner calls it (a pick both sides share is one
+   kernel, timed once: its ratio is 1, not the spread of two timings of it), checks both outputs
+   against torch.matmul, and times the tuned pick against the kernel's default config (tuning.yaml),
    this repository's checked-in table pick for the GPU (if any) and torch.matmul (cuBLAS), with
    TFLOP/s and the datasheet floor.
 
