@@ -247,9 +247,9 @@ def may_have_work(plan: Plan, staleness: Staleness) -> bool:
 
 
 def kernels_with_work(plan: Plan, staleness: Staleness) -> list[KernelPlan]:
-    """The kernels a run compiles, captures or measures anything of: compile-only ones, and
-    those with a bench that is not done."""
-    return [kp for kp in plan.kernels if kp.compile_only or staleness.benches_stale(kp)]
+    """The kernels a run compiles, captures or measures anything of: those with a bench that is
+    not done, and those with a compile-only launch not compiled yet."""
+    return [kp for kp in plan.kernels if staleness.benches_stale(kp) or staleness.compile_only_pending(kp)]
 
 
 def _assemble(result: Forecast, exhaustive: dict[str, list[tuple[float, int]]],

@@ -142,6 +142,16 @@ class Staleness:
         """Whether any of the kernel's bench tasks is not done."""
         return any(not self.bench_done(kp, unit) for unit in kp.bench_units)
 
+    def compile_only_pending(self, kp: KernelPlan) -> bool:
+        """Whether a launch only compiled here (a dtype the interpreter cannot compute) still needs
+        its capture or a compile: once all have results, a run has nothing of it to do."""
+        if not kp.compile_only:
+            return False
+        if any((shape, dtype) in kp.compile_only for _, shape, dtype, _ in kp.unspecialized):
+            return True
+        return any(read_compile_result(unit.output, unit.fingerprint) is None for unit in kp.compile_units
+                   if any(launch in kp.compile_only for launch in unit.launches))
+
     def bench_done(self, kp: KernelPlan, unit: BenchUnit) -> bool:
         """Done when a record under this fingerprint covers exactly the planned configs (for a
         budgeted search: its search under this strategy and budget, the fingerprint, chose among

@@ -320,6 +320,29 @@ def test_a_no_op_is_told_without_a_forecast(tmp_path):
     assert not model.may_have_work(plan, staleness) and model.forecast(plan, staleness, 2).idle
 
 
+def only_compiled(plan):
+    """Its launches compiled, not measured, as a dtype the interpreter cannot compute is."""
+    (kp,) = plan.kernels
+    kp.compile_only = {(u.shape, u.dtype): u.probes for u in kp.bench_units}
+    kp.bench_units.clear()
+    return plan
+
+
+def test_launches_only_compiled_are_work_until_their_compiles_have_results(compiled_before):
+    """A CPU machine's no-op run of this repository forecast and kept its fork server importing
+    torch because fp8 launches are compiled there, not measured, however current their compiles."""
+    plan, staleness = plan_of(compiled_before)
+    assert model.may_have_work(only_compiled(plan), staleness)  # compiled under an older fingerprint
+    current(compiled_before)
+    plan, staleness = plan_of(compiled_before)
+    assert not model.may_have_work(only_compiled(plan), staleness)
+    assert model.forecast(plan, staleness, 2).idle
+    kp = plan.kernels[0]
+    kp.unspecialized.append(("sm90", (2048,), "float32", kp.compile_units[0].config))
+    kp.compile_only[((2048,), "float32")] = (kp.compile_units[0].config,)
+    assert model.may_have_work(plan, staleness)  # a capture to do
+
+
 @pytest.mark.parametrize("default, extra", [("{BLOCK_SIZE: 256, num_warps: 4}", 1),   # a config: not timed twice
                                             ("{BLOCK_SIZE: 1024, num_warps: 4}", 2)])  # outside the space
 def test_the_baselines_ride_with_the_last_batch(compiled_before, default, extra):
