@@ -90,6 +90,7 @@ def test_every_phase_runs_under_the_interpreter(tmp_path):
     data = json.loads((tmp_path / "compare_triton_autotune.json").read_text())
     assert data["ours_clean"]["ok"] and len(data["ours_clean"]["tasks_run"]) > 0
     assert set(data["ours_clean"]["split"]) >= {"compile", "bench", "other"}
+    assert any(line.startswith("end to end:") and "the floor" in line for line in data["ours_clean"]["summary"])
     assert data["ours_noop"]["ok"] and data["ours_noop"]["tasks_run"] == []
     assert data["triton"]["finished"] and len(data["triton"]["shapes"]) == 2
     rows = data["retime"]["rows"]

@@ -136,7 +136,7 @@ def tune(project: Path, args, timeout: float) -> dict:
               "tasks_run": [line[3:] for line in proc.stdout.splitlines() if line.startswith(".  ")],
               "summary": [line for line in proc.stderr.splitlines()
                           if line.startswith(("[specialize]", "specialize:", "compile:", "bench:", "baselines:",
-                                              "bench stage:", "bench device time:"))]}
+                                              "bench stage:", "bench device time:", "end to end:"))]}
     if proc.returncode != 0:
         result["error"] = (proc.stdout[-2000:] + "\n" + proc.stderr[-3000:]).strip()
     return result
