@@ -225,7 +225,7 @@ def test_a_crash_or_a_hang_renews_the_compile_pool(tmp_path):
     recorded as crashed, one that hangs as timeout; each time the pool is replaced, and the next
     compile runs in a new worker."""
     root = crashing_project(tmp_path / "project")
-    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2, compile_timeout_s=20)
+    executors = Executors(INTERPRETER_DEVICE, tmp_path / "cache", compile_jobs=2, compile_timeout_s=8)
     try:
         executors.start_compiles()
         pool = executors._pool()
