@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from tunerun import REPO, alias_bomb, doit, make_project, tune, vector_add_manifest
@@ -127,9 +128,20 @@ def test_a_corrupt_cache_stops_tune_with_one_line(tmp_path):
     assert "not a valid tuning cache" in proc.stderr and "git checkout" in proc.stderr
 
 
-def test_malformed_outputs_under_aot_tune_are_recomputed(tmp_path):
-    root = make_project(tmp_path, VECTOR_ADD)
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> Path:
+    """VECTOR_ADD tuned once under the interpreter (each test below breaks a copy of it)."""
+    root = make_project(tmp_path_factory.mktemp("tuned"), VECTOR_ADD)
     tune(root)
+    return root
+
+
+@pytest.fixture
+def root(tuned, tmp_path) -> Path:
+    return Path(shutil.copytree(tuned, tmp_path / "project"))
+
+
+def test_malformed_outputs_under_aot_tune_are_recomputed(root):
     work = root / ".aot_tune"
     ours = [*(work / "compile").rglob("*.json"), *(work / "specialize").glob("*.json")]
     assert ours
@@ -144,13 +156,11 @@ def test_malformed_outputs_under_aot_tune_are_recomputed(tmp_path):
     assert (root / "generated" / "vector_add.py").exists()
 
 
-def test_a_broken_doit_database_is_set_aside_and_rebuilt(tmp_path):
+def test_a_broken_doit_database_is_set_aside_and_rebuilt(root):
     import sqlite3
 
-    root = make_project(tmp_path, VECTOR_ADD)
     (root / "pyproject.toml").write_text('[tool.doit]\nloader = "aot_tune"\nbackend = "sqlite3"\n'
-                                         'dep_file = ".aot_tune/doit.sqlite3"\n')
-    tune(root)
+                                         'dep_file = ".aot_tune/doit.sqlite3"\n')  # where the run wrote it
     database = root / ".aot_tune" / "doit.sqlite3"
     assert database.is_file()
     with sqlite3.connect(database) as conn:  # what an older or foreign tool leaves: another schema
@@ -168,11 +178,9 @@ def git(root, *args: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_a_generated_module_left_in_a_merge_conflict_is_rewritten_from_its_cache(tmp_path):
+def test_a_generated_module_left_in_a_merge_conflict_is_rewritten_from_its_cache(root):
     """git last committed it as aot_tune wrote it: ours to rewrite, with a note; a file aot_tune
     never wrote keeps the refusal."""
-    root = make_project(tmp_path, VECTOR_ADD)
-    tune(root)
     module = root / "generated" / "vector_add.py"
     tuned = module.read_text()
     git(root, "init", "-q", "-b", "main")
