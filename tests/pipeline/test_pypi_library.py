@@ -3,10 +3,10 @@ never edited: flash-linear-attention (``fla-core``), whose l2norm kernel is keye
 dim ``D`` and a bucket ``NB`` of the rows, and which reads its own per-kernel config files.
 
 A project outside this checkout (tools/studies/fla_tables/project's ``fla_tuning.py``: launches
-through ``aot_tune.untuned``, and an exporter writing fla's format) tunes it with the rows ``T``
-as a bench dim, under the interpreter; then fla itself, in a process without aot_tune, reads the
-exported file and launches the tuned config (on the CPU it could not autotune: Triton's
-benchmarker needs a GPU, so running at all proves it read the file).
+through ``aot_tune.untuned``, and an exporter writing fla's format) tunes it once, with the rows
+``T`` as a bench dim and a budgeted search, under the interpreter; then fla itself, in a process
+without aot_tune, reads the exported file and launches the tuned config (on the CPU it could not
+autotune: Triton's benchmarker needs a GPU, so running at all proves it read the file).
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ kernels:
     inputs: fla_tuning:make_inputs
     reference: fla_tuning:reference
     key: [D, NB]
-    space: {BT: [16, 64], num_warps: [1, 4], num_stages: [3]}
+    space: {BT: [16, 32, 64], num_warps: [1, 2, 4], num_stages: [3]}
+    search: {strategy: surrogate, budget: {configs: 2}}
     constraints: ["NB == cdiv(T, 65536)"]
     shapes:
       - grid: {D: [16, 32], NB: [1], T: [8, 64]}
@@ -63,18 +64,32 @@ def _digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*.py"))}
 
 
-def test_fla_reads_the_tables_aot_tune_exported(site: Path, tmp_path: Path) -> None:
-    project = tmp_path / "project"
+@pytest.fixture(scope="module")
+def tuned(site: Path, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The project tuned once (``aot_tune tune`` on the interpreter), and that run; fla's files
+    are checked to be as pip installed them before and after."""
+    project = tmp_path_factory.mktemp("fla") / "project"
     project.mkdir()
     shutil.copy(REPO / "tools" / "studies" / "fla_tables" / "project" / "fla_tuning.py", project)
     (project / "tuning.yaml").write_text(MANIFEST)
     installed = _digest(site / "fla")
-    env = subprocess_env(site, project)
     proc = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=900)
+                          cwd=project, env=subprocess_env(site, project), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _digest(site / "fla") == installed  # fla was not edited
+    return project, proc
 
+
+@pytest.fixture(scope="module")
+def again(site: Path, tuned) -> subprocess.CompletedProcess:
+    """A second ``aot_tune tune`` of the tuned project."""
+    project, _ = tuned
+    return subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
+                          cwd=project, env=subprocess_env(site, project), capture_output=True, text=True, timeout=600)
+
+
+def test_fla_reads_the_tables_aot_tune_exported(site: Path, tuned, again, tmp_path: Path) -> None:
+    project, _ = tuned
     (exported,) = (project / "fla_configs").glob("*/l2norm_fwd_kernel.json")
     entries = json.loads(exported.read_text())["autotune_entries"]
     keys = sorted(tuple(e["autotune_key"]) for e in entries.values())
@@ -109,42 +124,25 @@ def test_fla_reads_the_tables_aot_tune_exported(site: Path, tmp_path: Path) -> N
         assert measured["config"] == table[(int(D), 1, "float16")]
         assert measured["error"] < 1e-2
 
-    again = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
-                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and executed(again) == [] and "nothing to do" in again.stdout
-    check = subprocess.run([sys.executable, "-m", "aot_tune", "check"], cwd=project, env=env, capture_output=True,
-                           text=True, timeout=600)
+    check = subprocess.run([sys.executable, "-m", "aot_tune", "check"], cwd=project, env=subprocess_env(site, project),
+                           capture_output=True, text=True, timeout=600)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_a_budgeted_search_compiles_only_what_it_reaches_of_an_installed_library(site: Path, tmp_path: Path) -> None:
-    """The same installed, unedited kernel under a surrogate search of 2 configs a shape over a
-    space of 9: the compile stage builds nothing, the searches compile the configs they reach and
-    only those, and a second run has nothing to do."""
+def test_a_budgeted_search_compiles_only_what_it_reaches_of_an_installed_library(tuned, again) -> None:
+    """The installed, unedited kernel under the manifest's surrogate search of 2 configs a shape
+    over a space of 9: the compile stage builds nothing, the searches compile the configs they
+    reach and only those, and a second run has nothing to do."""
     from aot_tune.cache import read_record
 
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(REPO / "tools" / "studies" / "fla_tables" / "project" / "fla_tuning.py", project)
-    manifest = MANIFEST.replace("space: {BT: [16, 64], num_warps: [1, 4], num_stages: [3]}",
-                                "space: {BT: [16, 32, 64], num_warps: [1, 2, 4], num_stages: [3]}\n"
-                                "    search: {strategy: surrogate, budget: {configs: 2}}")
-    assert manifest != MANIFEST
-    (project / "tuning.yaml").write_text(manifest)
-    installed = _digest(site / "fla")
-    env = subprocess_env(site, project)
-    proc = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _digest(site / "fla") == installed
+    project, proc = tuned
     assert not [n for n in executed(proc) if n.startswith("compile:")]
     records = [read_record(p) for p in (project / ".aot_tune" / "bench").rglob("*.pb")]
     reached = {m.config.id for r in records for m in r.measurements}
     compiled = {p.stem for p in (project / ".aot_tune" / "compile" / "l2norm_fwd_kernel").rglob("*.json")}
     assert records and all(r.search.configs_measured == 2 for r in records)
     assert compiled == reached and len(compiled) < 9
-    again = subprocess.run([sys.executable, "-m", "aot_tune", "tune", "--bench-backend", "interpreter"],
-                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and executed(again) == [] and "nothing to do" in again.stdout
 
 
