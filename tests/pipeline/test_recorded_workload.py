@@ -15,11 +15,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from tunerun import REPO, doit_command, executed, pip_installed, subprocess_env
 
 FIXTURE = REPO / "tests" / "fixtures" / "reclib"
+TUNE = doit_command("tune", "-n", "2", "--bench-backend", "interpreter")
+
+
 def run(cwd: Path, *args: str, env: dict, ok: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if ok:
@@ -32,10 +36,37 @@ def digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
+#: A module of the library that notes each process importing it (the library's ops import it).
+AUDIT = ("import os\n"
+         "if os.environ.get('RECLIB_IMPORTS'):\n"
+         "    with open(os.environ['RECLIB_IMPORTS'], 'a') as log:\n"
+         "        log.write(f'{os.getpid()}\\n')\n")
+OPS = "from reclib import _audit  # noqa: F401\n" + (FIXTURE / "ops.py").read_text()
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """reclib built and installed with pip into a folder of its own."""
-    return pip_installed(tmp_path_factory.mktemp("reclib"), "reclib", {"ops.py": (FIXTURE / "ops.py").read_text()})
+    """reclib built and installed with pip into a folder of its own; its ops import ``_audit``,
+    which notes each process that imports the library in the file ``RECLIB_IMPORTS`` names."""
+    return pip_installed(tmp_path_factory.mktemp("reclib"), "reclib", {"ops.py": OPS, "_audit.py": AUDIT})
+
+
+@pytest.fixture(scope="module")
+def tuned(installed: Path, tmp_path_factory) -> SimpleNamespace:
+    """A project whose workload (tests/fixtures/reclib/workload.py) was recorded with
+    ``aot_tune record``, then tuned with ``doit tune`` on the interpreter, noting the processes
+    of the tune that imported the library: the project, both runs, the notes' file and the
+    library's files as installed, before either run."""
+    project = tmp_path_factory.mktemp("recorded") / "project"
+    project.mkdir()
+    shutil.copy(FIXTURE / "workload.py", project)
+    env = subprocess_env(installed)
+    site_files = digests(installed)
+    recorded = run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py",
+                   env={**env, "TRITON_INTERPRET": "1"})
+    imports = project.parent / "imports.log"
+    proc = run(project, *TUNE, env={**env, "RECLIB_IMPORTS": str(imports)})
+    return SimpleNamespace(project=project, recorded=recorded, tune=proc, imports=imports, site_files=site_files)
 
 
 def workload(project: Path, env: dict, **extra: str) -> dict:
@@ -43,18 +74,13 @@ def workload(project: Path, env: dict, **extra: str) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def test_a_recorded_workload_is_tuned_and_runs_with_zero_autotuning(installed: Path, tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(FIXTURE / "workload.py", project)
+def test_a_recorded_workload_is_tuned_and_runs_with_zero_autotuning(installed: Path, tuned) -> None:
+    project, recorded = tuned.project, tuned.recorded
     env = subprocess_env(installed)
-    site_files = digests(installed)
 
     own = workload(project, env, WORKLOAD_CPU_BENCH="1")  # the library autotuning at run time
     assert own["benchmarks"] == 18  # 3 kernels x 2 keys x 3 configs
 
-    recorded = run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py",
-                   env={**env, "TRITON_INTERPRET": "1"})
     assert json.loads(recorded.stdout.splitlines()[0])["benchmarks"] == 0  # recording never benchmarks
     assert "6 distinct launches of 3 autotuned kernels" in recorded.stdout, recorded.stdout
     manifest = (project / "tuning.yaml").read_text()
@@ -69,8 +95,7 @@ def test_a_recorded_workload_is_tuned_and_runs_with_zero_autotuning(installed: P
     assert inplace["restore_value"] == ["X"]
     assert all(launch["written"] == ["X"] for launch in inplace["launches"].values())
 
-    tune = doit_command("tune", "-n", "2", "--bench-backend", "interpreter")
-    proc = run(project, *tune, env=env)
+    proc = tuned.tune
     assert "bench: 18 config measurements, 18 ok" in proc.stdout + proc.stderr, proc.stderr
     for kernel in ("_gather_kernel", "_scale_inplace_kernel", "_row_sum_kernel"):
         module = (project / "generated" / f"{kernel}.py").read_text()
@@ -89,15 +114,13 @@ def test_a_recorded_workload_is_tuned_and_runs_with_zero_autotuning(installed: P
                 env={**env, "TRITON_INTERPRET": "1"})
     assert "nothing new" in again.stdout, again.stdout
     assert {p: p.read_bytes() for p in before} == before
-    assert executed(run(project, *tune, env=env)) == []
-    assert digests(installed) == site_files, "the installed library was modified"
+    assert executed(run(project, *TUNE, env=env)) == []
+    assert digests(installed) == tuned.site_files, "the installed library was modified"
 
 
 def assert_references_compile_first(project: Path, installed: Path) -> None:
     """Each recorded shape's reference is the library's own config, and the compile tasks start
     with its compiles: every check of the shape compares with it."""
-    from types import SimpleNamespace
-
     from aot_tune.bench.runner import INTERPRETER_DEVICE
     from aot_tune.manifest import load_manifest
     from aot_tune.pipeline.compiling import Compiles
@@ -233,44 +256,32 @@ def test_a_workload_of_many_small_kernels_is_recorded_and_tuned_incrementally(tm
     assert f"{2 * MANY_KERNELS + 1} tuned keys installed in {MANY_KERNELS} autotuners" in tabled.stderr, tabled.stderr
 
 
-#: A module of the library that notes each process importing it (the library's ops import it).
-AUDIT = ("import os\n"
-         "if os.environ.get('RECLIB_IMPORTS'):\n"
-         "    with open(os.environ['RECLIB_IMPORTS'], 'a') as log:\n"
-         "        log.write(f'{os.getpid()}\\n')\n")
-
-
-def test_the_stages_rebuild_recorded_kernels_from_their_source_without_importing_the_library(tmp_path: Path) -> None:
+def test_the_stages_rebuild_recorded_kernels_from_their_source_without_importing_the_library(
+        installed: Path, tuned, tmp_path: Path) -> None:
     """A recorded kernel's Triton source is rebuilt with Triton alone in every stage: no compile,
     specialize or bench worker imports the library. Once the installed file no longer matches the
     recording, the run says so and the stages import the library, and still tune it."""
-    ops = "from reclib import _audit  # noqa: F401\n" + (FIXTURE / "ops.py").read_text()
-    installed = pip_installed(tmp_path / "lib", "reclib", {"ops.py": ops, "_audit.py": AUDIT})
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(FIXTURE / "workload.py", project)
-    env = subprocess_env(installed)
-    run(project, sys.executable, "-m", "aot_tune", "record", "--", sys.executable, "workload.py",
-        env={**env, "TRITON_INTERPRET": "1"})
     for kernel in ("_gather_kernel", "_scale_inplace_kernel", "_row_sum_kernel"):
-        recording = json.loads((project / "recordings" / f"{kernel}.json").read_text())
+        recording = json.loads((tuned.project / "recordings" / f"{kernel}.json").read_text())
         assert recording["source"]["kernel"] == f"reclib.ops:{kernel}", recording.get("source_refused")
         assert set(recording["source"]["files"]) == {"reclib/ops.py"}
         assert all(len(launch["heuristics_of_config"]) == 3 for launch in recording["launches"].values())
-    row_sum = json.loads((project / "recordings" / "_row_sum_kernel.json").read_text())
+    row_sum = json.loads((tuned.project / "recordings" / "_row_sum_kernel.json").read_text())
     assert any(values for launch in row_sum["launches"].values() for values in launch["heuristics"])
 
-    imports = tmp_path / "imports.log"
-    tune = doit_command("tune", "-n", "2", "--bench-backend", "interpreter")
-    proc = run(project, *tune, env={**env, "RECLIB_IMPORTS": str(imports)})
+    proc = tuned.tune
     assert "bench: 18 config measurements, 18 ok" in proc.stdout + proc.stderr, proc.stderr
+    imports = tuned.imports
     assert not imports.exists(), f"{len(imports.read_text().split())} processes of the tune imported the library"
     assert "of it the workers' start-up (triton imports" in proc.stderr  # no compile needs torch
 
-    (installed / "reclib" / "ops.py").write_text(ops + "# patched in place\n")  # same version: nothing is stale
-    for made in (".aot_tune", "generated"):  # tuned again from nothing, as on a new machine
-        shutil.rmtree(project / made)
-    proc = run(project, *tune, env={**env, "RECLIB_IMPORTS": str(imports)})
+    # a copy of the library and of the project, tuned again from nothing, as on a new machine
+    library = Path(shutil.copytree(installed, tmp_path / "lib"))
+    project = Path(shutil.copytree(tuned.project, tmp_path / "project",
+                                   ignore=shutil.ignore_patterns(".aot_tune", "generated")))
+    (library / "reclib" / "ops.py").write_text(OPS + "# patched in place\n")  # same version: nothing is stale
+    imports = tmp_path / "imports.log"
+    proc = run(project, *TUNE, env={**subprocess_env(library), "RECLIB_IMPORTS": str(imports)})
     output = proc.stdout + proc.stderr
     assert "_gather_kernel: the stages import reclib.ops: its recorded source is stale" in output, output
     assert "changed since it was recorded); fix: record the workload again" in output
