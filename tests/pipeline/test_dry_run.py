@@ -95,11 +95,23 @@ def test_a_dry_run_of_a_bad_manifest_or_kernel_is_one_line(project, tmp_path):
     assert not (project / ".aot_tune").exists() and not (tmp_path / ".aot_tune").exists()
 
 
-def test_the_real_run_records_the_prediction_the_dry_run_printed(project):
-    """The same prediction, but for the command's own start, which each measures in itself."""
+@pytest.fixture(scope="module")
+def real_run(project: Path, tmp_path_factory) -> tuple[str, subprocess.CompletedProcess, Path]:
+    """The project's dry run, then its real run, which writes the machine's history to a file of
+    its own (the history is off for every other run of the session): what the dry run printed,
+    the run, the history's file."""
     printed = dry_run(project).stdout
+    history = tmp_path_factory.mktemp("machine") / "history.json"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AOT_TUNE_HISTORY", str(history))
+        proc = tune(project, "-n", "2")
+    return printed, proc, history
+
+
+def test_the_real_run_records_the_prediction_the_dry_run_printed(project, real_run):
+    """The same prediction, but for the command's own start, which each measures in itself."""
+    printed, proc, _ = real_run
     predicted, launched = predicted_seconds(printed), launch_seconds(printed)
-    proc = tune(project, "-n", "2")
     (run,) = json.loads((project / ".aot_tune" / "runs.json").read_text())
     assert run["predicted_s"] - run["launch_s"] == pytest.approx(predicted - launched, abs=0.11)  # each printed to 0.1
     # the total and each of the four parts are kept to 3 decimals: their sum may be 0.002 apart
@@ -119,16 +131,15 @@ def test_the_real_run_records_the_prediction_the_dry_run_printed(project):
     assert grown.stdout.splitlines()[-1].endswith("(calibrated from 1 earlier run on interpreter in .aot_tune/runs.json)")
 
 
-def test_a_real_run_joins_the_machines_history_which_forecasts_a_fresh_project(tmp_path, monkeypatch):
+def test_a_real_run_joins_the_machines_history_which_forecasts_a_fresh_project(real_run, tmp_path, monkeypatch):
     from aot_tune.runs.history import read_history
 
-    history = tmp_path / "cache" / "history.json"
+    _, _, history = real_run
     monkeypatch.setenv("AOT_TUNE_HISTORY", str(history))
-    tune(make_project(tmp_path / "first", MANIFEST), "-n", "2")
     (entry,) = read_history(history)
     assert (entry.key.backend, entry.key.device, entry.key.jobs) == ("interpreter", "interpreter", 2)
     assert entry.observed["startup_s"] > 0 and entry.observed["compile_s"] > 0 and entry.predicted["wall_s"] > 0
-    fresh = make_project(tmp_path / "second", MANIFEST)  # no .aot_tune/: only the machine's history tells
+    fresh = make_project(tmp_path / "fresh", MANIFEST)  # no .aot_tune/: only the machine's history tells
     assert dry_run(fresh).stdout.splitlines()[-1].endswith(
         "(calibrated from 1 run in the machine's history (this machine, device, toolchain and -n))")
     monkeypatch.setenv("AOT_TUNE_HISTORY", "off")
