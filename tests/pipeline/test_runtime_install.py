@@ -31,8 +31,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from test_stranger_project import PACKAGE, adopted, run
-from tunerun import REPO, doit_command
+from test_stranger_project import PACKAGE, run
+from tunerun import REPO
 
 #: The tune extra's distributions and the modules they provide.
 PIPELINE = {"doit": "doit", "jinja2": "jinja2", "protobuf": "google.protobuf", "pyyaml": "yaml"}
@@ -70,11 +70,10 @@ PROBE = textwrap.dedent(f"""\
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> Path:
+def wheels(tuned_library, tmp_path_factory) -> Path:
     """The library, tuned on the interpreter with its tables in the package, and aot-tune, as wheels."""
     tmp = tmp_path_factory.mktemp("wheels")
-    root = adopted(tmp / "lib")
-    run(root, *doit_command(), "tune", "-n", "2", "--bench-backend", "interpreter")
+    root = Path(shutil.copytree(tuned_library.root, tmp / "lib"))  # the build leaves build/ behind
     source = tmp / "aot-tune"  # built from a copy: the build leaves build/ and *.egg-info behind
     ignore = shutil.ignore_patterns("__pycache__")
     for part in ("aot_tune", "rules"):

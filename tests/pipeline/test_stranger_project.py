@@ -5,6 +5,7 @@ then launched from another folder with only the installed wheel and aot_tune on 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -66,13 +67,14 @@ def adopted(root: Path) -> Path:
     return root
 
 
-def test_a_library_adopts_tunes_ships_its_tables_in_a_wheel_and_launches_them_installed(tmp_path):
-    root = adopted(tmp_path / "lib")
+def test_a_library_adopts_tunes_ships_its_tables_in_a_wheel_and_launches_them_installed(tuned_library, tmp_path):
+    """The library adopted, listed and tuned (the tuned_library fixture), then checked, reported,
+    installed and launched from a copy of it."""
+    root = Path(shutil.copytree(tuned_library.root, tmp_path / "lib"))
     doit = doit_command()
 
-    listed = run(root, *doit, "list")  # no dodo.py and no settings: the manifest's stages
+    listed = tuned_library.listed  # before the tune, with no dodo.py and no settings: the manifest's stages
     assert "bench " in listed.stdout and "generate " in listed.stdout, listed.stdout
-    run(root, *doit, "tune", "-n", "2", "--bench-backend", "interpreter")
     table = root / PACKAGE / "tuned" / "_rms_scale_kernel.py"
     assert table.is_file()
     again = run(root, *doit, "tune", "-n", "2", "--bench-backend", "interpreter")
