@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tunerun import doit_command, make_project, subprocess_env, tune, vector_add_manifest
+from tunerun import doit_command, make_project, subprocess_env, vector_add_manifest
 
 from aot_tune import triton_compat
 from aot_tune import forking
@@ -405,15 +405,22 @@ RUN_MANIFEST = vector_add_manifest("""\
 """)
 
 
-def test_two_runs_at_once_each_with_its_own_workers(tmp_path):
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> list[tuple[Path, subprocess.Popen, tuple[str, str]]]:
+    """Two cold `doit tune` of RUN_MANIFEST started at once in two trees: each tree, its run, and
+    the run's stdout and stderr."""
+    root = tmp_path_factory.mktemp("two-runs")
+    projects = [make_project(root / name, RUN_MANIFEST) for name in ("one", "two")]
+    procs = [subprocess.Popen(doit_command("tune", "--bench-backend", "interpreter"), cwd=p, env=subprocess_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in projects]
+    return list(zip(projects, procs, [proc.communicate(timeout=600) for proc in procs]))
+
+
+def test_two_runs_at_once_each_with_its_own_workers(two_runs):
     """Two cold `doit tune` in two trees at the same time: each process has its own fork server
     and workers, compiling into its own tree's Triton cache; both finish, and the summary gives
     the device workers' start-up (they started before the bench stage)."""
-    projects = [make_project(tmp_path / name, RUN_MANIFEST) for name in ("one", "two")]
-    procs = [subprocess.Popen(doit_command("tune", "--bench-backend", "interpreter"), cwd=p, env=subprocess_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in projects]
-    outputs = [proc.communicate(timeout=600) for proc in procs]
-    for project, proc, (out, err) in zip(projects, procs, outputs):
+    for project, proc, (out, err) in two_runs:
         assert proc.returncode == 0, out + err
         assert "compile: 2 compiled, 2 valid" in err and "bench: 2 config measurements, 2 ok" in err
         assert "after the device workers were up (start-up" in err
@@ -421,12 +428,13 @@ def test_two_runs_at_once_each_with_its_own_workers(tmp_path):
         assert any((project / ".aot_tune" / "triton-cache").rglob("add_kernel.cubin"))
 
 
-def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(tmp_path, monkeypatch):
-    """After a run, a no-op run starts neither compile nor device workers, and stops the fork
-    server it started before planning as soon as it knows; `doit list` in a tree with everything
-    stale starts nothing (run in this process, counting)."""
-    done = make_project(tmp_path / "done", RUN_MANIFEST)
-    tune(done)
+def test_a_run_with_nothing_to_do_and_doit_list_start_no_worker(two_runs, tmp_path, monkeypatch):
+    """After a run (a copy of a tree of two_runs), a no-op run starts neither compile nor device
+    workers, and stops the fork server it started before planning as soon as it knows; `doit
+    list` in a tree with everything stale starts nothing (run in this process, counting)."""
+    (tuned, proc, _), _ = two_runs
+    assert proc.returncode == 0
+    done = Path(shutil.copytree(tuned, tmp_path / "done"))
     fresh = make_project(tmp_path / "fresh", RUN_MANIFEST)
     (fresh / "pyproject.toml").write_text('[tool.doit]\nloader = "aot_tune"\n')  # for `doit list`
     from doit.doit_cmd import DoitMain
