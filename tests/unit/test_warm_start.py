@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from tunerun import subprocess_env
 
 KERNEL = '''
@@ -58,21 +59,30 @@ def _first_compile(tmp_path: Path, factor: str = "2.0", **env: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_second_process_skips_triton_key_and_loads_the_same_kernel(tmp_path):
-    cold = _first_compile(tmp_path)
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> tuple[Path, dict]:
+    """A folder whose Triton cache holds the kernel's first compile, and that compile. The tests
+    that share it only add to the cache and its index (the torn-index test, which damages them,
+    compiles into a folder of its own)."""
+    folder = tmp_path_factory.mktemp("warm-start")
+    return folder, _first_compile(folder)
+
+
+def test_second_process_skips_triton_key_and_loads_the_same_kernel(compiled):
+    folder, cold = compiled
     assert cold["triton_key_calls"] == 1  # compiled for real, and the index entry written
-    assert list((tmp_path / "cache" / "aot_tune-warm-start").glob("*.json"))
-    warm = _first_compile(tmp_path)
+    assert list((folder / "cache" / "aot_tune-warm-start").glob("*.json"))
+    warm = _first_compile(folder)
     assert warm == {"hash": cold["hash"], "triton_key_calls": 0}
 
 
-def test_changed_source_environment_or_switch_take_tritons_path(tmp_path):
-    cold = _first_compile(tmp_path)
+def test_changed_source_environment_or_switch_take_tritons_path(compiled):
+    folder, cold = compiled
     # the kernel's source changed: another key, compiled and keyed by Triton as usual
-    edited = _first_compile(tmp_path, factor="3.0")
+    edited = _first_compile(folder, factor="3.0")
     assert edited["triton_key_calls"] == 1 and edited["hash"] != cold["hash"]
     # switched off: Triton's own lookup, which finds the same cache entry
-    off = _first_compile(tmp_path, AOT_TUNE_WARM_START="0")
+    off = _first_compile(folder, AOT_TUNE_WARM_START="0")
     assert off == {"hash": cold["hash"], "triton_key_calls": 1}
 
 
