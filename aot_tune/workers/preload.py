@@ -30,9 +30,10 @@ Nothing here may raise: a failed step only leaves more for each worker to do, as
 In a run whose compiles need no torch (every kernel rebuilt from its recorded source:
 aot_tune.record.replay), the tuning process starts the server without it (``forking.TORCH_ENV``):
 it imports Triton alone, and a GPU device worker imports torch itself, while the compiles run.
-Triton 3.6's native specializer imports torch at its first call all the same (``start_specializer``
-makes that call here): on an H200 host with the page cache dropped, 3.5-3.8 s of the server's
-4.6-5.3 s, against 0.35 s for importing triton and 0.55 s for its hash. Triton 3.9's imports nothing.
+Triton 3.6's native specializer imports torch at its first call (``start_specializer`` makes that
+call here with torch's import blocked: on an H200 host with the page cache dropped, the import was
+3.5-3.8 s of the server's 4.6-5.3 s, against 0.35 s for importing triton and 0.55 s for its hash).
+Triton 3.9's imports nothing.
 
 The server exits without tearing its interpreter down (``os._exit`` at its first exit handler):
 with torch, torch._dynamo and triton loaded that teardown took 0.9 s on a 2-core CPU and 1.1 s
