@@ -73,6 +73,7 @@ class TuneSession:
         then overlaps the captures and the compiles rather than the first bench."""
         if any(self.staleness.benches_stale(kp) for kp in self.plan.kernels):
             self.executors.devices.start()
+            self.executors.precompile_checks()
         specializing.capture(self.plan, self.staleness, self.executors, self.stats)
 
     def start_workers(self) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 from aot_tune.errors import TuneError
 from aot_tune.triton_compat import kernel_source
+from aot_tune.triton_compat.launch import StandIn
 from aot_tune.record.recording import LAUNCH_DIM, RECORDINGS, RecordedKernel, RecordedLaunch, read_recording
 
 
@@ -223,7 +224,7 @@ class Replay:
         kernel, launch = self.find(str(shape[LAUNCH_DIM]))
         if str(device) == "meta" and self.rebuilt(kernel) is not None:  # a compile: no torch needed
             return (RecordedCall(kernel, launch, self.root, abstract=True),
-                    *(StandIn(a.tensor) for a in launch.tensors()))
+                    *(StandIn(a.tensor.dtype, a.tensor.shape, a.tensor.stride) for a in launch.tensors()))
         return (RecordedCall(kernel, launch, self.root), *_tensors(launch, device))
 
     def launch(self, call: RecordedCall, *tensors: Any, config: Mapping[str, Any]) -> Any:
@@ -232,45 +233,6 @@ class Replay:
     def reference(self, call: RecordedCall, *tensors: Any) -> Any:
         output = call.run(tensors, call.launch.library_config)
         return tuple(t.clone() for t in output) if isinstance(output, tuple) else output.clone()
-
-
-class StandIn:
-    """A tensor argument of a compile of a kernel rebuilt from its source, in place of a meta
-    tensor: what Triton's specialization reads of a tensor (its dtype, by name as torch writes it,
-    and an address divisible by 16, as every tensor ``_tensors`` builds has), without torch."""
-
-    __slots__ = ("dtype", "shape", "_stride")
-
-    def __init__(self, spec: Any) -> None:
-        self.dtype = _DTypeName.named(spec.dtype)
-        self.shape, self._stride = tuple(spec.shape), tuple(spec.stride)
-
-    def data_ptr(self) -> int:
-        return 0
-
-    def stride(self, dim: int | None = None) -> Any:
-        return self._stride if dim is None else self._stride[dim]
-
-
-class _DTypeName:
-    """A dtype as Triton's specialization reads it: by its name. One object per name, kept for
-    the process: Triton caches what it read of a dtype by the object (by its id, in triton 3.9's
-    native specializer), and a freed object's id, reused by another dtype, read as the first."""
-
-    __slots__ = ("name",)
-    _named: dict[str, "_DTypeName"] = {}
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    @classmethod
-    def named(cls, name: str) -> "_DTypeName":
-        return cls._named.setdefault(name, cls(name))
-
-    def __str__(self) -> str:
-        return f"torch.{self.name}"
-
-    __repr__ = __str__
 
 
 def _tensors(launch: RecordedLaunch, device: Any) -> list:

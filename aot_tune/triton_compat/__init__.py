@@ -18,7 +18,7 @@ from aot_tune.triton_compat.layers import (AUTOTUNER, HEURISTICS, autotuner_conf
                                            layer_kind)
 from aot_tune.triton_compat.launch import (CapturedCompile, Specialization, capture_specializations,
                                            builds_launchers, compile_instead_of_launch, jit_function,
-                                           find_instead_of_launch, load_found, prebuild_launcher)
+                                           find_instead_of_launch, load_found, prebuild_launcher, StandIn)
 from aot_tune.triton_compat.target import (PINNED_ENV, SHARED_MEMORY_LIMIT, SharedMemoryExceeded, compile_error_kind,
                                            parse_target, pin_environment, shared_memory_limit,
                                            target_driver, triton_driver_created,
@@ -34,7 +34,7 @@ __all__ = ["AUTOTUNER", "autotuner_configs", "autotuners_refused", "builds_launc
            "install_cache_entry", "installation_identity", "jit_function",
            "jit_with_compile_path", "layer_kind", "load_cached_kernel", "load_found", "pack_cache_entry",
            "parse_target", "pin_environment", "PINNED_ENV", "prebuild_launcher", "prepare_runtime", "resource_usage", "ResourceUsage",
-           "shared_memory_limit", "SHARED_MEMORY_LIMIT", "SharedMemoryExceeded", "Specialization", "StageLog",
+           "shared_memory_limit", "SHARED_MEMORY_LIMIT", "SharedMemoryExceeded", "Specialization", "StageLog", "StandIn",
            "target_driver", "triton_cache_dir", "triton_driver_created", "triton_release",
            "ttgir_shared_lower_bound", "versions", "warm_first_lookup", "warm_start_applies", "warm_start_key", "watched_stages",
            "wrap_jit_compile"]

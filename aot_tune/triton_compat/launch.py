@@ -10,6 +10,9 @@ What this relies on (triton 3.6 to 3.9), and why:
   the specialization step of the plan.
 * ``CompiledKernel._init_handles()`` loads a compiled kernel onto the device (3.6 and 3.9);
   a launch calls it the first time, and it synchronizes the device.
+* Triton's specializer reads of a tensor argument only its ``dtype`` (by its name: ``str()`` gives
+  ``torch.<name>``), its ``data_ptr()`` (divisible by 16 or not) and, for a ``tensor_descriptor``,
+  its layout: an object with those two answers compiles what a real tensor would (``StandIn``).
 * In 3.6 the CUDA driver's ``CudaLauncher(src, metadata)`` builds a C launcher for the kernel's
   signature with gcc (``make_launcher``, then ``compile_module_from_src`` into Triton's cache,
   keyed by the launcher's source) when a kernel is first loaded. 3.9 launches through one generic
@@ -195,3 +198,42 @@ def capture_specializations(jit_fn: Any, config: dict) -> Iterator[list[Speciali
     finally:
         del jit_fn.run
         del jit_fn._do_compile
+
+
+class StandIn:
+    """A tensor argument of a compile without torch, in place of a meta tensor: what Triton's
+    specialization reads of a tensor (its dtype, by name as torch writes it, and an address
+    divisible by 16, as a real tensor's is), and its shape and strides for a launch function."""
+
+    __slots__ = ("dtype", "shape", "_stride")
+
+    def __init__(self, dtype: str, shape: tuple[int, ...] = (1,), stride: tuple[int, ...] = (1,)) -> None:
+        self.dtype = DTypeName.named(dtype)
+        self.shape, self._stride = tuple(shape), tuple(stride)
+
+    def data_ptr(self) -> int:
+        return 0
+
+    def stride(self, dim: int | None = None) -> Any:
+        return self._stride if dim is None else self._stride[dim]
+
+
+class DTypeName:
+    """A dtype as Triton's specialization reads it: by its name. One object per name, kept for
+    the process: Triton caches what it read of a dtype by the object (by its id, in triton 3.9's
+    native specializer), and a freed object's id, reused by another dtype, read as the first."""
+
+    __slots__ = ("name",)
+    _named: dict[str, "DTypeName"] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    def named(cls, name: str) -> "DTypeName":
+        return cls._named.setdefault(name, cls(name))
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+    __repr__ = __str__

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from aot_tune import forking
+from aot_tune.bench.engine.norms import precompile as precompile_norms
 from aot_tune.bench.local.pool import DevicePool
 from aot_tune.build.compile import CompileRequest, CompileResult, compile_config
 from aot_tune.build.deadline import CompileDeadline
@@ -157,6 +158,22 @@ class Executors:
             for _ in range(self.compile_jobs):
                 pool.submit(_started)
         except RuntimeError:  # closed, or broken meanwhile (the next compile renews it)
+            pass
+
+    def precompile_checks(self) -> None:
+        """Have a compile worker compile the check's comparison kernel for the local GPUs into the
+        run's Triton cache now (aot_tune.bench.engine.norms.precompile), in the background: the
+        device workers start meanwhile and then load it instead of compiling it. Nothing for the
+        interpreter or a cluster (whose workers keep their own caches)."""
+        if self._cluster is not None or self.device.arch is None:
+            return
+        threading.Thread(target=self._precompile_checks, args=(self.device.arch,), name="aot_tune-precompile",
+                         daemon=True).start()  # the pool waits for the fork server's imports: not on this thread
+
+    def _precompile_checks(self, arch: int) -> None:
+        try:
+            self._pool().submit(precompile_norms, arch)
+        except (RuntimeError, cf.process.BrokenProcessPool):  # closed or broken: the device workers compile it
             pass
 
     def _replace_pool(self, broken: cf.ProcessPoolExecutor) -> None:

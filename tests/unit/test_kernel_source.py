@@ -132,12 +132,11 @@ def test_a_source_whose_files_changed_is_not_rebuilt(library: Path, tmp_path: Pa
 STAND_INS = '''
 import json
 from triton.runtime.jit import mangle_type
-from aot_tune.record.recording import TensorSpec
-from aot_tune.record.replay import StandIn
+from aot_tune.triton_compat import StandIn
 read = []
 for _ in range(200):
     for dtype in ("float16", "float32", "bfloat16", "int32", "float8_e4m3fn"):
-        read.append((dtype, mangle_type(StandIn(TensorSpec((4, 4), (4, 1), dtype)))))
+        read.append((dtype, mangle_type(StandIn(dtype, (4, 4), (4, 1)))))
 print(json.dumps(sorted(set(map(tuple, read)))))
 '''
 

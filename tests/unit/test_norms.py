@@ -58,3 +58,49 @@ def test_what_the_kernel_does_not_read_is_left_to_torch():
     assert norms.supported(torch.ones(3, dtype=torch.bfloat16), torch.ones(3))
     ok, _, _ = Comparison(flags, flags.clone()).verdict(1e-2)
     assert ok
+
+
+PRECOMPILE = r'''
+import json, sys
+from pathlib import Path
+from aot_tune.bench.engine import norms
+from aot_tune import triton_compat
+
+def cubins():
+    return sorted(str(p.relative_to(sys.argv[1])) for p in Path(sys.argv[1]).rglob("partial_norms.cubin"))
+
+if sys.argv[2] == "precompile":
+    compiled = norms.precompile(90)
+    print(json.dumps({"compiled": compiled, "torch": "torch" in sys.modules, "cubins": cubins()}))
+else:  # the device worker's warm, as a cross-compile: meta tensors through the real launch path
+    import torch
+    with triton_compat.target_driver(90), triton_compat.compile_instead_of_launch(norms._compiled()) as found:
+        for name in norms.WARM_DTYPES:
+            x = torch.ones(norms.BLOCK, dtype=getattr(torch, name), device="meta")
+            norms.norms(x, x)
+    print(json.dumps({"compiled": len(found), "cubins": cubins()}))
+'''
+
+
+def test_a_compile_worker_precompiles_what_the_device_workers_warm_looks_up(tmp_path):
+    """``precompile`` (no torch, no GPU) puts in the Triton cache the kernels ``warm`` launches:
+    the same launches from torch tensors afterwards find every one of them and compile nothing."""
+    import json
+    import subprocess
+    import sys
+
+    from tunerun import subprocess_env
+
+    env = {**subprocess_env(), "TRITON_CACHE_DIR": str(tmp_path)}
+
+    def run(step: str) -> dict:
+        proc = subprocess.run([sys.executable, "-c", PRECOMPILE, str(tmp_path), step], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = run("precompile")
+    assert first["compiled"] == len(norms.WARM_DTYPES) and not first["torch"]
+    assert len(first["cubins"]) == len(norms.WARM_DTYPES)
+    warmed = run("warm")
+    assert warmed["compiled"] == len(norms.WARM_DTYPES) and warmed["cubins"] == first["cubins"]
