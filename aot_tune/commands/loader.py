@@ -20,6 +20,7 @@ from aot_tune.commands.options import (DOIT_DB, EXECUTORS, opt_backend, opt_comp
                                        opt_tls_key, opt_worker_wait)
 from aot_tune.errors import StageFailure, TuneError
 from aot_tune.pipeline.forecast import forecast, import_walk, may_have_work
+from aot_tune.bench.local import early as early_worker
 from aot_tune.pipeline.plan import Plan, build_plan, compiles_need_torch
 from aot_tune.runs.history import read_history
 from aot_tune.runs.log import read_runs
@@ -179,6 +180,8 @@ class ManifestLoader(TaskLoader2):
         except TuneError:  # planning reports it
             return
         forking.start_server(torch=compiles_need_torch(self.manifest.root, kernels))
+        if early_worker.likely_needed(self.options.get("bench_backend", "auto"), self.options.get("executor", "local")):
+            early_worker.start()  # torch's import, beside the planning (aot_tune.bench.local.early)
 
     def compile_deadline(self) -> CompileDeadline:
         deadline = CompileDeadline(factor=float(self.options.get("compile_deadline", CompileDeadline.factor)))
@@ -195,6 +198,7 @@ class ManifestLoader(TaskLoader2):
             return self._tasks(executing)
         except BaseException:  # the run ends here: a server no worker used would import on after it
             forking.stop_server()
+            early_worker.stop()
             raise
 
     def _tasks(self, executing: bool) -> list:
@@ -224,6 +228,9 @@ class ManifestLoader(TaskLoader2):
             for change in (c for kp in plan.kernels for c in staleness.manifest_changes(kp)):
                 eprint(f"aot_tune: {change.line(plan.device_keys)}")
             working = may_have_work(plan, staleness)  # a no-op run predicts nothing, and starts no worker
+            if not (working and cluster is None and plan.device.backend == "cuda"
+                    and any(staleness.benches_stale(kp) for kp in plan.kernels)):
+                early_worker.stop()  # no local GPU bench to take it
             if working:
                 walk = start_walk(plan, staleness)  # a library's import tree is read while the captures run
             else:

@@ -31,11 +31,13 @@ from aot_tune.runs.progress import eprint
 DEFAULT_STARTUP_S = {"cuda": 10.0, "interpreter": 4.0}
 DEFAULT_DEVICE_STARTUP_S = {"cuda": 7.0, "interpreter": 2.0}
 #: The same for a run whose compiles need no torch (every kernel rebuilt from its recorded source:
-#: aot_tune.forking.start_server): Triton's import, and on triton 3.6 torch's, which its
-#: specializer imports: 4.6-6.6 s on H200 hosts with a cold page cache, 1.0 s on a 2-core CPU;
-#: the GPU device workers then import torch themselves, 1.5-2.7 s longer than the compile workers.
-DEFAULT_LIGHT_STARTUP_S = {"cuda": 5.0, "interpreter": 1.0}
-DEFAULT_LIGHT_DEVICE_STARTUP_S = {"cuda": 7.0, "interpreter": 2.0}
+#: aot_tune.forking.start_server): the fork server imports Triton alone, started before the
+#: planning, and is up when the captures begin on an H200 host (1.0 s on a 2-core CPU). The GPU
+#: worker, spawned with the run (aot_tune.bench.local.early), is up 3.6-4.0 s after the pool
+#: asks for it there (page cache dropped; 7.9-8.5 s when it was forked from the server and
+#: imported torch only then).
+DEFAULT_LIGHT_STARTUP_S = {"cuda": 0.5, "interpreter": 1.0}
+DEFAULT_LIGHT_DEVICE_STARTUP_S = {"cuda": 4.0, "interpreter": 2.0}
 #: A compile of a kernel with nothing recorded: 0.1-0.6 s for this repository's small kernels on a
 #: 2-core CPU; on the H100 host, 16 at a time, 0.37 s a compile over the paper's GEMM space and
 #: 0.31 s over this repository's manifest.

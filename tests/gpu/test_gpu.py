@@ -209,6 +209,29 @@ def test_a_device_worker_asked_for_while_the_server_imports_torch_is_spawned_and
     assert still_importing == "True"  # nothing was forked from the server meanwhile
 
 
+def test_the_early_worker_becomes_the_pools_first_gpu_worker_and_measures(tmp_path):
+    """The worker a run spawns before its planning (aot_tune.bench.local.early) is the pool's
+    first GPU worker: the same process, on this GPU, and it measures a config as any other does;
+    a second device index gets a worker of its own kind."""
+    code = textwrap.dedent("""
+        from aot_tune.bench.local import early
+        from aot_tune.bench.local.pool import DevicePool
+        early.start()
+        pid = early._early[0].pid
+        pool = DevicePool("cuda", 1, "triton-cache")
+        try:
+            worker = pool.worker(0)
+            print(worker.process.pid == pid, early.take() is None, worker.info.name)
+        finally:
+            pool.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env=subprocess_env(), timeout=300)
+    assert out.returncode == 0, out.stderr
+    same, taken, *name = out.stdout.split()
+    assert same == "True" and taken == "True" and " ".join(name) == torch.cuda.get_device_name(0), out.stdout
+
+
 def test_successive_halving_times_short_then_full_and_picks_a_full_timing(tmp_path):
     manifest = MANIFEST.replace("  bench: {warmup_ms: 2, rep_ms: 5}", "  bench: {warmup_ms: 2, rep_ms: 18}\n"
                                 "  search: {strategy: successive_halving, budget: {configs: 9}}")
@@ -294,3 +317,20 @@ def test_a_compile_builds_the_launcher_its_first_launch_would_build(tmp_path):
                           env={**subprocess_env(), "TRITON_CACHE_DIR": str(cache)}, cwd=REPO)
     assert proc.returncode == 0 and proc.stdout.split()[-1] == "ok", proc.stderr[-3000:]
     assert list(cache.rglob("__triton_launcher*")), sorted(p.name for p in cache.rglob("*"))
+
+
+def test_the_checks_kernel_a_compile_worker_precompiled_is_loaded_not_compiled_by_the_device_worker(tmp_path):
+    """``norms.precompile`` (what a compile worker runs as a run starts: no GPU, no torch) leaves
+    in the Triton cache every kernel the device worker's ``warm`` launches on this GPU, so the
+    worker compiles none of them while the benches wait for it."""
+    major, minor = torch.cuda.get_device_capability()
+    cache = tmp_path / "triton-cache"
+    env = {**subprocess_env(), "TRITON_CACHE_DIR": str(cache)}
+    precompile = f"from aot_tune.bench.engine import norms; print(norms.precompile({major * 10 + minor}))"
+    proc = subprocess.run([sys.executable, "-c", precompile], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "3", proc.stderr[-3000:]
+    before = sorted(cache.rglob("partial_norms.cubin"))
+    warm = "from aot_tune.bench.engine import norms; norms.warm('cuda:0'); print('warmed')"
+    proc = subprocess.run([sys.executable, "-c", warm], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.split()[-1] == "warmed", proc.stderr[-3000:]
+    assert len(before) == 3 and sorted(cache.rglob("partial_norms.cubin")) == before

@@ -9,7 +9,9 @@ A GPU worker is forked from the fork server the compile workers come from (aot_t
 which imported torch and triton once and never initialized CUDA: it initializes CUDA itself,
 after the fork, and starts in about the time CUDA takes instead of importing for seconds first.
 One asked for while the server is still importing torch (a run's first, started with its
-captures) is spawned instead, and imports torch alone beside the server.
+captures) is spawned instead, and imports torch alone beside the server. A run's first GPU worker
+is, where the command started one, the worker it spawned before its planning
+(aot_tune.bench.local.early), which has imported torch and Triton meanwhile.
 It checks first that nothing in the server initialized the CUDA driver (a CUDA build of torch
 loads the driver's library when imported; loaded is fine, initialized is not); if something did,
 it says so and the pool spawns its workers instead. The interpreter's worker is always spawned: Triton
@@ -30,6 +32,7 @@ from typing import Iterator, Sequence
 from aot_tune import forking
 from aot_tune.bench.runner import (BenchRequest, ConfigMeasurement, DeviceInfo, DeviceLease, DeviceModel,
                                    MeasurementStatus, MoreRequests, Runner)
+from aot_tune.bench.local import early
 from aot_tune.bench.local.worker import worker_main
 from aot_tune.bench.seats import Seats
 
@@ -267,15 +270,29 @@ class DevicePool(Runner):
             return worker
 
     def _start(self, index: int) -> _Worker:
+        args = (self.backend, index, self.triton_cache_dir, forking.environment(), self.imports)
+        started = early.take() if self.backend == "cuda" else None
+        if started is not None:  # spawned with the run: it has imported torch and triton meanwhile
+            try:
+                return self._wait_until_up(index, *started, multiprocessing.get_context("spawn"), args)
+            except RuntimeError as err:
+                print(f"aot_tune: {err}; starting another", file=sys.__stderr__, flush=True)
         context = self._context or self._fresh_context()
         parent, child = context.Pipe()
-        process = context.Process(
-            target=worker_main, args=(child, self.backend, index, self.triton_cache_dir, forking.environment(),
-                                      self.imports),
-            name=f"aot_tune-{self.backend}-{index}", daemon=True,
-        )
+        process = context.Process(target=worker_main, args=(child, *args), name=f"aot_tune-{self.backend}-{index}",
+                                  daemon=True)
         process.start()
         child.close()
+        return self._wait_until_up(index, process, parent, context)
+
+    def _wait_until_up(self, index: int, process, parent, context, args: tuple | None = None) -> _Worker:
+        """The worker once it says it is up (an early one is sent its ``args`` first)."""
+        if args is not None:
+            try:
+                parent.send(args)
+            except (OSError, BrokenPipeError):
+                process.kill()
+                raise RuntimeError(f"the early {self.backend} device worker had exited") from None
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not parent.poll(1.0):
             if not process.is_alive() or time.monotonic() > deadline:
