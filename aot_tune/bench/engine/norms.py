@@ -91,9 +91,9 @@ def norms(output: Any, expected: Any) -> Any:
 def precompile(arch: int) -> int:
     """Compile the kernel for ``WARM_DTYPES`` for ``sm{arch}`` into this process's Triton cache
     as ``warm`` will launch it, with neither a GPU nor torch (a compile worker does it as a run
-    starts): the device worker's ``warm`` then loads them, where compiling them took 0.9-1.4 s of
-    its start-up on an H200 host, with the benches waiting (0.6 s left with them precompiled). Returns the kernels compiled (0 where
-    this Triton cannot: the worker compiles them then)."""
+    starts): the device worker's ``warm`` then loads them (0.6 s), where compiling them took
+    0.9-1.4 s of its start-up on an H200 host, with the benches waiting. Returns the kernels
+    compiled (0 where this Triton cannot: the worker compiles them then)."""
     from aot_tune import triton_compat
 
     kernel = _compiled()
